@@ -1,0 +1,106 @@
+"""Shared fixtures: one private MariaDB and one SparkSession per test session, a fresh
+database per test module, and a factory for sink configs."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from tests.support.mariadb import SINK_PASSWORD, MariaDB
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB]:
+    server = MariaDB(tmp_path_factory.mktemp("mariadb"))
+    server.start()
+    os.environ["WAL_SINK_MYSQL_PASSWORD"] = SINK_PASSWORD
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory):
+    from pyspark.sql import SparkSession
+
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("wal_sink tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+class Database:
+    """A test module's own database, reached as root for setting up and checking."""
+
+    def __init__(self, server: MariaDB, name: str) -> None:
+        self.server = server
+        self.name = name
+        self.url = server.sink_url(name)
+
+    def connect(self) -> pymysql.connections.Connection:
+        return self.server.root(self.name)
+
+    def execute(self, sql: str, args: Any = None) -> None:
+        with self.connect() as conn, conn.cursor() as cur:
+            cur.execute(sql, args)
+
+    def rows(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
+        with self.connect() as conn, conn.cursor() as cur:
+            cur.execute(sql, args)
+            return list(cur.fetchall())
+
+
+@pytest.fixture(scope="module")
+def db(mariadb: MariaDB, request: pytest.FixtureRequest) -> Database:
+    name = re.sub(r"\W", "_", request.module.__name__.split(".")[-1])[:60]
+    mariadb.create_database(name)
+    return Database(mariadb, name)
+
+
+@pytest.fixture
+def make_config(db: Database, tmp_path: Path):
+    """Factory: ``make_config(table=..., key=[...], merge={...}, ...)`` -> Config."""
+    from wal_sink.config import config_from_dict
+
+    def factory(*, sink_id: str = "s1", table: str = "totals", key: list[str] | None = None,
+                merge: dict[str, str] | None = None, version_column: str | None = None,
+                cdc: dict[str, Any] | None = None, wal_path: Path | None = None,
+                checkpoint: Path | None = None, chunk_rows: int = 1000,
+                source: dict[str, Any] | None = None):
+        mysql: dict[str, Any] = {"url": db.url, "table": table, "key": key or ["k"],
+                                 "merge": merge or {}}
+        if version_column:
+            mysql["version_column"] = version_column
+        raw: dict[str, Any] = {
+            "sink": {"id": sink_id},
+            "wal": {"path": str(wal_path or tmp_path / "wal"), "chunk_rows": chunk_rows},
+            "mysql": mysql,
+        }
+        if checkpoint:
+            raw["job"] = {"checkpoint": str(checkpoint)}
+        if cdc:
+            raw["cdc"] = cdc
+        if source:
+            raw["source"] = source
+        return config_from_dict(raw, base_dir=tmp_path)
+
+    return factory

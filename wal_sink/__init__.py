@@ -1,0 +1,28 @@
+"""wal_sink: land a Spark Structured Streaming query in MySQL exactly once.
+
+Each micro-batch is staged to a Delta Lake table (the write-ahead log), then applied
+to MySQL in one transaction together with its acknowledgement row.
+"""
+
+from wal_sink.config import Config, load_config
+from wal_sink.errors import (
+    CheckpointResetError,
+    ConfigError,
+    FencedError,
+    TerminalError,
+    TransientError,
+    WalSinkError,
+)
+from wal_sink.sink import WalSink
+
+__all__ = [
+    "CheckpointResetError",
+    "Config",
+    "ConfigError",
+    "FencedError",
+    "TerminalError",
+    "TransientError",
+    "WalSink",
+    "WalSinkError",
+    "load_config",
+]

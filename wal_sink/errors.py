@@ -1,0 +1,53 @@
+"""Errors of wal_sink: one root, split into transient (retry the batch) and terminal.
+
+Each error builds its one-line message in ``__init__`` and keeps ``sink_id``,
+``batch_id`` and ``table`` as attributes, so logs and the CLI can show them without
+parsing text.
+"""
+
+from __future__ import annotations
+
+
+class WalSinkError(Exception):
+    """Root of every error this package raises on purpose."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sink_id: str | None = None,
+        batch_id: int | None = None,
+        table: str | None = None,
+    ) -> None:
+        self.sink_id = sink_id
+        self.batch_id = batch_id
+        self.table = table
+        where = []
+        if sink_id is not None:
+            where.append(f"sink {sink_id!r}")
+        if batch_id is not None:
+            where.append(f"batch {batch_id}")
+        if table is not None:
+            where.append(f"table {table!r}")
+        prefix = f"{', '.join(where)}: " if where else ""
+        super().__init__(prefix + message)
+
+
+class TransientError(WalSinkError):
+    """The batch transaction may succeed if retried as a whole (deadlock, lost link)."""
+
+
+class TerminalError(WalSinkError):
+    """Retrying cannot help; the query must stop and say why."""
+
+
+class ConfigError(TerminalError):
+    """The configuration or environment is wrong; the message names the key."""
+
+
+class FencedError(TerminalError):
+    """A newer instance of this sink holds the lease; this one must stop (I6)."""
+
+
+class CheckpointResetError(TerminalError):
+    """The Spark checkpoint is younger than what the WAL or ack table know (I7)."""

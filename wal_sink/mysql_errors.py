@@ -1,0 +1,25 @@
+"""Which MySQL errors a retry of the whole batch transaction can cure (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import DBAPIError
+
+# deadlock, lock wait timeout, snapshot conflict, can't connect, too many connections,
+# server gone away, lost connection, read-only (failover), read-only (super_read_only)
+TRANSIENT_CODES = frozenset({1213, 1205, 1020, 2003, 1040, 2006, 2013, 1290, 1836})
+DUPLICATE_KEY = 1062
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The MySQL error number behind a SQLAlchemy/PyMySQL exception, if any."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0]
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return error_code(exc) in TRANSIENT_CODES

@@ -1,0 +1,129 @@
+"""WalSink: the object a streaming query hands its micro-batches to.
+
+    sink = WalSink.from_config("conf/x.toml")
+    sink.recover()
+    df.writeStream.foreachBatch(sink.foreach_batch).option("checkpointLocation", ...)
+
+Per batch (DESIGN.md §2): stage to the WAL (Step 1), apply in one MySQL transaction
+with the ack row (Step 2), return so Spark records the batch (Step 3). On start the
+lease is taken (epoch + 1) and staged batches without an ack are applied first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from sqlalchemy import Engine
+
+from wal_sink import faults, lease
+from wal_sink.checkpoint import last_planned_batch
+from wal_sink.committer import CommitResult, Committer
+from wal_sink.config import Config, load_config
+from wal_sink.db import make_engine
+from wal_sink.errors import CheckpointResetError, TerminalError
+from wal_sink.recovery import check_checkpoint, high_water, recover
+from wal_sink.schema import init_db, sink_tables
+from wal_sink.staging import stage
+from wal_sink.wal import BATCH_COLUMN, WalReader
+
+log = logging.getLogger(__name__)
+
+
+class WalSink:
+    """Exactly-once sink for one ``sink.id``; not shared between queries."""
+
+    def __init__(self, config: Config, engine: Engine | None = None) -> None:
+        self.config = config
+        self.engine = engine or make_engine(config.mysql)
+        self.wal = WalReader(config.wal_path)
+        self.ack, self.lease = sink_tables(config.mysql)
+        self.committer: Committer | None = None
+        self._high_water: int | None = None
+        self._first_batch_seen = False
+
+    @classmethod
+    def from_config(cls, config: Config | str | os.PathLike[str]) -> WalSink:
+        if not isinstance(config, Config):
+            config = load_config(Path(config))
+        return cls(config)
+
+    @property
+    def sink_id(self) -> str:
+        return self.config.sink.id
+
+    @property
+    def epoch(self) -> int | None:
+        return self.committer.epoch if self.committer else None
+
+    def start(self) -> None:
+        """Create the sink tables if needed and take the lease (idempotent)."""
+        if self.committer is not None:
+            return
+        init_db(self.engine, self.config.mysql)
+        epoch = lease.acquire(self.engine, self.lease, self.sink_id)
+        self.committer = Committer(self.config, self.engine, self.wal, epoch)
+        self.committer.target()
+        self._high_water = high_water(self.engine, self.ack, self.wal, self.sink_id)
+        log.info("sink %s took lease epoch %s (known batches up to %s)",
+                 self.sink_id, epoch, self._high_water)
+
+    def recover(self, spark: SparkSession | None = None,
+                checkpoint: str | None = None) -> list[CommitResult]:
+        """Take the lease, check the checkpoint (I7), apply unacked batches in order.
+
+        Args:
+            spark: needed to read the checkpoint; without it the check is left to
+                the first batch (see ``foreach_batch``).
+            checkpoint: the query's checkpointLocation; defaults to ``[job]``'s.
+        """
+        self.start()
+        checkpoint = checkpoint or (self.config.job.checkpoint if self.config.job else None)
+        spark = spark or SparkSession.getActiveSession()
+        if spark is not None and checkpoint is not None:
+            location = self.config.resolve(checkpoint)
+            check_checkpoint(self.sink_id, location,
+                             last_planned_batch(spark, location), self._high_water)
+        return recover(self.committer)
+
+    def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
+        """The ``foreachBatch`` function: stage, then commit, then return to Spark."""
+        self.start()
+        self._guard_first_batch(batch_id)
+        assert self.committer is not None
+        # Only the lease holder stages.
+        with self.engine.connect() as conn:
+            lease.check(conn, self.lease, self.sink_id, self.committer.epoch,
+                        lock=False, batch_id=batch_id)
+        # Step 1. Stage.
+        faults.watch_stage(self.config.wal_path, f"{BATCH_COLUMN}={batch_id}", batch_id)
+        stage(df, sink_id=self.sink_id, batch_id=batch_id, path=self.config.wal_path,
+              order_by=self.config.cdc.order_by if self.config.cdc else None)
+        faults.hit("stage.after", batch_id)
+        self.wal.refresh()
+        staged = self.wal.last_staged(self.sink_id)
+        if staged is None or staged < batch_id:
+            raise TerminalError(
+                f"the WAL at {self.config.wal_path!r} does not record this batch after "
+                f"staging (last staged: {staged})", sink_id=self.sink_id,
+                batch_id=batch_id)
+        # Step 2. Commit. Step 3 is returning: Spark then writes its commit log.
+        self.committer.apply(batch_id)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _guard_first_batch(self, batch_id: int) -> None:
+        """I7 without a checkpoint to read: after a restart Spark's first batch is the
+        last planned one or the next, never below what the sink already knows."""
+        if self._first_batch_seen:
+            return
+        self._first_batch_seen = True
+        if self._high_water is not None and batch_id < self._high_water:
+            raise CheckpointResetError(
+                f"Spark delivered batch {batch_id} first, but the WAL/ack table already "
+                f"hold batch {self._high_water}: the checkpoint was reset or replaced. "
+                "Restore it, or use a new sink.id",
+                sink_id=self.sink_id, batch_id=batch_id)

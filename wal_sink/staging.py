@@ -1,0 +1,64 @@
+"""Step 1 of the protocol: Spark writes a micro-batch into the WAL Delta table.
+
+Executors write in parallel; nothing is collected onto the driver. Delta's
+idempotent-write options (``txnAppId`` = sink id, ``txnVersion`` = batch id) make a
+re-delivered batch a no-op, so what was staged first is what gets applied (I4).
+Removing batches (purge) also goes through delta-spark: one Delta implementation
+writes the WAL.
+"""
+
+from __future__ import annotations
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from wal_sink.config import RESERVED_PREFIX
+from wal_sink.errors import TerminalError
+from wal_sink.wal import BATCH_COLUMN, SEQ_COLUMN
+
+# Deletion vectors would hide deleted rows from readers that only list files; the WAL
+# deletes whole partitions anyway, so it never needs them.
+WAL_SESSION_CONF = {
+    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
+}
+
+
+def stage(df: DataFrame, *, sink_id: str, batch_id: int, path: str,
+          order_by: str | None = None) -> None:
+    """Append ``df`` as batch ``batch_id`` unless Delta already holds that version.
+
+    With ``order_by`` (CDC) rows are range-partitioned and sorted on it first, so the
+    ``_wal_seq`` given to each row follows ``order_by`` across the whole batch.
+    """
+    reserved = [c for c in df.columns if c.startswith(RESERVED_PREFIX)]
+    if reserved:
+        raise TerminalError(
+            f"stream column(s) {', '.join(reserved)} use the reserved prefix "
+            f"{RESERVED_PREFIX!r}; rename them in [transform]",
+            sink_id=sink_id, batch_id=batch_id,
+        )
+    for key, value in WAL_SESSION_CONF.items():
+        df.sparkSession.conf.set(key, value)
+    if order_by is not None:
+        df = df.repartitionByRange(order_by).sortWithinPartitions(order_by)
+    staged = df.select(
+        F.monotonically_increasing_id().alias(SEQ_COLUMN),
+        *[F.col(f"`{c}`") for c in df.columns],
+        F.lit(batch_id).cast("long").alias(BATCH_COLUMN),
+    )
+    (
+        staged.write.format("delta")
+        .mode("append")
+        .partitionBy(BATCH_COLUMN)
+        .option("txnAppId", sink_id)
+        .option("txnVersion", batch_id)
+        .save(path)
+    )
+
+
+def delete_batches(spark: SparkSession, path: str, batch_ids: list[int]) -> None:
+    """Remove whole batches from the WAL (callers must pass only acked ones: I5)."""
+    if not batch_ids:
+        return
+    DeltaTable.forPath(spark, path).delete(F.col(BATCH_COLUMN).isin(batch_ids))
