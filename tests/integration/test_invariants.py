@@ -4,6 +4,7 @@ and Delta. Amounts use an ``add`` column so a duplicate apply shows as a wrong t
 from __future__ import annotations
 
 import json
+import os
 from decimal import Decimal
 from pathlib import Path
 
@@ -42,7 +43,9 @@ def write_landing(landing: Path, batches: list[list[tuple[str, str, int]]]) -> d
     expected: dict[str, Decimal] = {}
     for i, rows in enumerate(batches):
         lines = [json.dumps({"k": k, "amount": a, "seq": s}) for k, a, s in rows]
-        (landing / f"part-{i:04d}.json").write_text("\n".join(lines) + "\n")
+        path = landing / f"part-{i:04d}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # Spark orders by mtime
         for k, a, _ in rows:
             expected[k] = expected.get(k, Decimal(0)) + Decimal(a)
     return expected

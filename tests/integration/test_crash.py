@@ -1,0 +1,93 @@
+"""Crash tests: the writer is killed with SIGKILL (process group: Python driver and
+Spark JVM) at each step of the protocol, restarted, and MySQL must be exact (I1, I2)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from tests.conftest import REPO
+from tests.integration.test_invariants import write_landing
+
+pytestmark = pytest.mark.crash
+
+BATCHES = [
+    [(f"k{i % 7}", f"{i}.25", i) for i in range(0, 40)],
+    [(f"k{i % 5}", f"{i}.50", i) for i in range(40, 90)],
+    [(f"k{i % 9}", "1.00", i) for i in range(90, 120)],
+]
+WRITER = Path(__file__).with_name("writer_app.py")
+
+
+def write_config(path: Path, db, tmp: Path) -> None:
+    path.write_text(f"""
+[sink]
+id = "crashy"
+
+[wal]
+path = "{tmp / 'wal'}"
+
+[mysql]
+url = "{db.url}"
+table = "crash_totals"
+key = ["k"]
+merge = {{ amount = "add" }}
+
+[job]
+checkpoint = "{tmp / 'checkpoint'}"
+""")
+
+
+def run_writer(config: Path, landing: Path, fault: str | None, log: Path) -> int:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("WAL_SINK_FAULT", None)
+    if fault:
+        env["WAL_SINK_FAULT"] = fault
+    with open(log, "ab") as out:
+        proc = subprocess.run([sys.executable, str(WRITER), str(config), str(landing)],
+                              cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                              start_new_session=True, timeout=600)
+    return proc.returncode
+
+
+def unreferenced_parquet(wal: Path, batch_id: int) -> int:
+    on_disk = {p.name for p in (wal / f"_wal_batch_id={batch_id}").glob("*.parquet")}
+    referenced = set()
+    if DeltaTable.is_deltatable(str(wal)):
+        referenced = {Path(u).name for u in DeltaTable(str(wal)).file_uris()}
+    return len(on_disk - referenced)
+
+
+@pytest.mark.parametrize("point", ["stage.during", "stage.after",
+                                   "commit.before_commit", "commit.after_commit"])
+def test_kill_at_protocol_step_then_restart_is_exact(point, db, mariadb, tmp_path):
+    db.execute("DROP TABLE IF EXISTS crash_totals")
+    db.execute("DROP TABLE IF EXISTS wal_sink_ack")
+    db.execute("DROP TABLE IF EXISTS wal_sink_lease")
+    db.execute("CREATE TABLE crash_totals (k VARCHAR(32) PRIMARY KEY, "
+               "amount DECIMAL(14,2), seq BIGINT) ENGINE=InnoDB")
+    expected = write_landing(tmp_path / "landing", BATCHES)
+    config = tmp_path / "sink.toml"
+    write_config(config, db, tmp_path)
+    log = tmp_path / "writer.log"
+
+    code = run_writer(config, tmp_path / "landing", f"{point}:1", log)
+    assert code == -signal.SIGKILL, log.read_text()[-3000:]
+    acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
+    assert acked == ([0, 1] if point == "commit.after_commit" else [0])
+    if point == "stage.during":
+        assert unreferenced_parquet(tmp_path / "wal", 1) > 0, "killed after the commit"
+
+    assert run_writer(config, tmp_path / "landing", None, log) == 0, log.read_text()[-3000:]
+    totals = dict(db.rows("SELECT k, amount FROM crash_totals"))
+    assert totals == expected
+    acked = db.rows("SELECT batch_id, row_count FROM wal_sink_ack ORDER BY 1")
+    assert acked == [(0, 40), (1, 50), (2, 30)]
+    assert sum(totals.values()) == sum(Decimal(a) for b in BATCHES for _, a, _ in b)
