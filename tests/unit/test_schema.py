@@ -1,0 +1,24 @@
+import re
+from pathlib import Path
+
+from sqlalchemy.dialects import mysql
+from sqlalchemy.schema import CreateTable
+
+from wal_sink.config import MysqlConfig
+from wal_sink.schema import sink_tables
+
+SQL_FILE = Path(__file__).resolve().parents[2] / "sql" / "wal_sink_tables.sql"
+
+
+def _normalise(sql: str) -> list[str]:
+    sql = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    return [re.sub(r"\s+", " ", s).strip() for s in sql.split(";") if s.strip()]
+
+
+def test_sql_file_matches_schema_module():
+    config = MysqlConfig(url="mysql+pymysql://u@h/d", table="t", key=("k",))
+    expected = [
+        str(CreateTable(t, if_not_exists=True).compile(dialect=mysql.dialect()))
+        for t in sink_tables(config)
+    ]
+    assert _normalise(SQL_FILE.read_text()) == _normalise(";".join(expected))

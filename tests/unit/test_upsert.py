@@ -1,0 +1,64 @@
+"""The merge SQL as each server's dialect renders it."""
+
+import pytest
+from sqlalchemy import BigInteger, Column, MetaData, Numeric, String, Table
+from sqlalchemy.dialects.mysql import pymysql
+
+from wal_sink.config import MysqlConfig
+from wal_sink.errors import TerminalError
+from wal_sink.upsert import build_delete, build_upsert
+
+TABLE = Table("totals", MetaData(), Column("org", String(8), primary_key=True),
+              Column("amount", Numeric(12, 2)), Column("label", String(8)),
+              Column("first", String(8)), Column("seq", BigInteger))
+
+
+def config(**kw):
+    return MysqlConfig(url="mysql+pymysql://u@h/d", table="totals", key=("org",), **kw)
+
+
+def render(stmt, server_version):
+    dialect = pymysql.dialect()
+    dialect.server_version_info = server_version
+    dialect.is_mariadb = server_version[0] == 10
+    # What MySQLDialect.initialize() decides from the server version on connect.
+    dialect._requires_alias_for_on_duplicate_key = (
+        not dialect.is_mariadb and server_version >= (8, 0, 20))
+    return str(stmt.compile(dialect=dialect)).split("ON DUPLICATE KEY UPDATE")[1]
+
+
+COLUMNS = ["org", "amount", "label", "first", "seq"]
+
+
+def test_mariadb_uses_values_function_and_version_last():
+    stmt = build_upsert(TABLE, COLUMNS, config(merge={"amount": "add", "first": "keep"},
+                                               version_column="seq"))
+    sql = render(stmt, (10, 11, 0))
+    assert "VALUES(amount)" in sql and "coalesce(totals.amount, 0)" in sql
+    assert "first" not in sql, "keep columns are set on insert only"
+    assert "org =" not in sql, "key columns are never updated"
+    assert sql.index("label =") < sql.index("seq =") == sql.rindex("seq =")
+    assert "VALUES(seq) >= totals.seq" in sql
+    assert "%(" not in sql, "PyMySQL executemany needs a parameter-free UPDATE clause"
+
+
+def test_mysql8_uses_row_alias():
+    sql = render(build_upsert(TABLE, ["org", "label"], config()), (8, 0, 36))
+    assert "new.label" in sql and "VALUES(" not in sql
+
+
+def test_only_keys_still_valid_statement():
+    sql = render(build_upsert(TABLE, ["org"], config()), (10, 11, 0))
+    assert "org = totals.org" in sql
+
+
+def test_unknown_and_missing_key_columns_are_clear_errors():
+    with pytest.raises(TerminalError, match="colour.*do not exist"):
+        build_upsert(TABLE, ["org", "colour"], config())
+    with pytest.raises(TerminalError, match="key column.*org.*missing"):
+        build_upsert(TABLE, ["amount"], config())
+
+
+def test_delete_by_key_binds_values():
+    sql = str(build_delete(TABLE, config()).compile(dialect=pymysql.dialect()))
+    assert sql.endswith("WHERE totals.org = %s")
