@@ -13,7 +13,6 @@ from wal_sink.errors import (
     TransientError,
     WalSinkError,
 )
-from wal_sink.sink import WalSink
 
 __all__ = [
     "CheckpointResetError",
@@ -26,3 +25,12 @@ __all__ = [
     "WalSinkError",
     "load_config",
 ]
+
+
+def __getattr__(name: str):
+    # WalSink needs pyspark; importing it lazily keeps the CLI's read paths fast.
+    if name == "WalSink":
+        from wal_sink.sink import WalSink
+
+        return WalSink
+    raise AttributeError(name)

@@ -1,58 +1,88 @@
-"""The ``wal-sink`` operations CLI. The click layer only parses options and calls
-library functions; errors are one line on stderr (exit 1, or 2 for usage and
-configuration errors)."""
+"""The ``wal-sink`` operations CLI: ``wal-sink -c FILE COMMAND``.
+
+The click layer only parses options, calls library functions and renders their
+results (rich for people, JSON for scripts). Errors are one line on stderr: exit 1
+when the command failed, 2 for usage and configuration errors. Read paths (status,
+inspect, recover's reads) never start a JVM; purge starts a local Spark because the
+WAL is changed only by the Delta implementation that writes it.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from typing import Any
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table as RichTable
+from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, load_config
-from wal_sink.db import make_engine
+from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, WalSinkError
-from wal_sink.schema import init_db as create_sink_tables
+from wal_sink.instance import SinkInstance
+from wal_sink.mysql_errors import error_code
+from wal_sink.schema import init_db
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
 
 def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn expected failures into one line on stderr and the contract's exit code."""
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except ConfigError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(EXIT_USAGE)
+            _fail(str(e), EXIT_USAGE)
         except WalSinkError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(EXIT_FAILED)
+            _fail(str(e), EXIT_FAILED)
+        except DBAPIError as e:
+            code = error_code(e)
+            detail = str(e.orig).strip().splitlines()[0] if e.orig else type(e).__name__
+            _fail(f"MySQL error{f' {code}' if code else ''}: {detail}", EXIT_FAILED)
     return wrapper
 
 
-@click.group()
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-c", "--config", "config_path", envvar="WAL_SINK_CONFIG",
               type=click.Path(dir_okay=False), required=True,
               help="Sink config (TOML); or set WAL_SINK_CONFIG.")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the library does.")
 @click.pass_context
 def main(ctx: click.Context, config_path: str, verbose: bool) -> None:
-    """Operate a wal_sink write-ahead log and its MySQL acks.
+    """See, recover, replay, purge and inspect a wal_sink write-ahead log.
 
-    Example: wal-sink -c conf/local.toml init-db
+    Example: wal-sink -c conf/local.toml status
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     ctx.obj = config_path
 
 
-def _config(ctx: click.Context) -> Config:
-    return load_config(ctx.obj)
+@contextmanager
+def _instance(ctx: click.Context) -> Iterator[SinkInstance]:
+    config: Config = load_config(ctx.obj)
+    instance = SinkInstance(config)
+    try:
+        yield instance
+    finally:
+        instance.close()
 
 
 @main.command("init-db")
@@ -63,10 +93,226 @@ def init_db_command(ctx: click.Context) -> None:
 
     Example: wal-sink -c conf/local.toml init-db
     """
-    config = _config(ctx)
-    engine = make_engine(config.mysql)
+    with _instance(ctx) as sink:
+        init_db(sink.engine, sink.config.mysql)
+        out.print(f"tables {sink.ack.name} and {sink.lease.name} are ready")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Stable JSON for scripts.")
+@click.pass_context
+@_one_line_errors
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Staged, acked and unacked batches, rows, WAL size, lag and lease.
+
+    Example: wal-sink -c conf/local.toml status --json
+    """
+    from wal_sink.status import collect_status
+
+    with _instance(ctx) as sink:
+        st = collect_status(sink.engine, sink.ack, sink.lease, sink.wal, sink.sink_id)
+    if as_json:
+        click.echo(json.dumps(st.to_json(), sort_keys=True, indent=2))
+        return
+    table = RichTable(title=f"sink {st.sink_id}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    unacked = ", ".join(map(str, st.unacked[:20])) + (" …" if len(st.unacked) > 20 else "")
+    for label, value in [
+        ("WAL", st.wal_path + ("" if st.wal_exists else "  (nothing staged yet)")),
+        ("staged batches", f"{st.staged_batches}  ({_span(st.staged_first, st.staged_last)})"),
+        ("last staged", _maybe(st.last_staged_txn)),
+        ("acked batches", f"{st.acked_batches}  ({_span(st.acked_first, st.acked_last)})"),
+        ("unacked", f"{len(st.unacked)}" + (f": {unacked}" if st.unacked else "")),
+        ("rows applied", f"{st.rows_applied} upserted, {st.rows_deleted} deleted, "
+                         f"{st.rows_quarantined} quarantined"),
+        ("WAL size", f"{st.wal_rows} rows, {st.wal_files} files, {_bytes(st.wal_bytes)}"),
+        ("last commit", _maybe(st.last_commit_at) + (
+            f"  ({st.lag_seconds:.1f}s ago)" if st.lag_seconds is not None else "")),
+        ("lag", f"{_maybe(st.lag_batches)} batch(es) staged beyond the last ack"),
+        ("lease", f"epoch {_maybe(st.lease_epoch)}, {_maybe(st.lease_holder)}"),
+    ]:
+        table.add_row(label, value)
+    out.print(table)
+    if not st.ack_tables_exist:
+        err.print("note: the ack and lease tables do not exist yet; run init-db")
+
+
+@main.command()
+@click.pass_context
+@_one_line_errors
+def recover(ctx: click.Context) -> None:
+    """Apply every staged batch without an ack, in order (the job's start-up path).
+
+    Takes the lease: a running job of this sink is fenced and stops.
+
+    Example: wal-sink -c conf/local.toml recover
+    """
+    with _instance(ctx) as sink:
+        results = sink.recover()
+    if not results:
+        out.print("nothing to recover: every staged batch has an ack")
+    for r in results:
+        out.print(f"batch {r.batch_id}: {r.rows} rows upserted, {r.deleted} deleted")
+
+
+@main.command()
+@click.option("--from", "first", type=click.IntRange(min=0), required=True,
+              help="First batch id.")
+@click.option("--to", "last", type=click.IntRange(min=0), required=True,
+              help="Last batch id (inclusive).")
+@click.option("--force", is_flag=True, help="Re-apply batches that already have an ack.")
+@click.option("--dry-run", is_flag=True, help="Say what would happen; change nothing.")
+@click.option("--yes", is_flag=True, help="Do not ask before re-adding `add` columns.")
+@click.pass_context
+@_one_line_errors
+def replay(ctx: click.Context, first: int, last: int, force: bool, dry_run: bool,
+           yes: bool) -> None:
+    """Re-apply staged batches --from N --to M, in order, through the committer.
+
+    Acked batches are skipped unless --force. Takes the lease: a running job of this
+    sink is fenced and stops.
+
+    Example: wal-sink -c conf/local.toml replay --from 10 --to 12 --force --dry-run
+    """
+    from wal_sink.replay import plan_replay, run_replay
+
+    if first > last:
+        raise click.UsageError(f"--from {first} is after --to {last}")
+    with _instance(ctx) as sink:
+        plan = plan_replay(sink, first, last, force=force)
+        verb = "would apply" if dry_run else "applying"
+        out.print(f"{verb} {len(plan.apply)} batch(es), {plan.rows} rows"
+                  + (f": {_ids(plan.apply)}" if plan.apply else ""))
+        if plan.skipped_acked:
+            out.print(f"skipping acked batch(es) {_ids(plan.skipped_acked)} "
+                      "(use --force to re-apply)")
+        if plan.missing:
+            out.print(f"not in the WAL (never staged or purged): {_ids(plan.missing)}")
+        if plan.re_adds:
+            warning = (f"batch(es) {_ids(plan.reapplied_acked)} are already applied: "
+                       f"replaying adds their values to {', '.join(plan.add_columns)} "
+                       "AGAIN")
+            err.print(f"warning: {warning}")
+            if not dry_run and not yes and not click.confirm("Continue?", err=True):
+                _fail("replay cancelled; nothing changed", EXIT_FAILED)
+        if dry_run or not plan.apply:
+            return
+        with Progress(TextColumn("batch {task.fields[batch]}"), BarColumn(),
+                      MofNCompleteColumn(), console=err, transient=True,
+                      disable=not err.is_terminal) as progress:
+            task = progress.add_task("replay", total=plan.rows or 1, batch="")
+            base = {"rows": 0}
+
+            def chunk_done(done: int, total: int) -> None:
+                progress.update(task, completed=base["rows"] + done)
+
+            def batch_done(result) -> None:
+                base["rows"] += result.rows + result.deleted
+                progress.update(task, completed=base["rows"], batch=result.batch_id)
+
+            results = run_replay(sink, plan, force=force, on_chunk=chunk_done,
+                                 on_batch=batch_done)
+    for r in results:
+        out.print(f"batch {r.batch_id}: " + (
+            f"{r.rows} rows upserted, {r.deleted} deleted" if r.applied
+            else "already applied, skipped"))
+
+
+@main.command()
+@click.option("--before", type=click.IntRange(min=0), help="Batches with id < N.")
+@click.option("--older-than", "older_than", help="Batches acked longer ago, e.g. '7 days'.")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; change nothing.")
+@click.option("--vacuum", "do_vacuum", is_flag=True,
+              help="Also delete unreferenced files (purged batches, crash leftovers).")
+@click.option("--retain", default="1 hour", show_default=True,
+              help="--vacuum keeps unreferenced files younger than this; keep it above "
+                   "your longest batch write while a job runs.")
+@click.pass_context
+@_one_line_errors
+def purge(ctx: click.Context, before: int | None, older_than: str | None, dry_run: bool,
+          do_vacuum: bool, retain: str) -> None:
+    """Remove acked batches from the WAL; batches without an ack are never removed.
+
+    Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
+    """
+    from wal_sink.purge import plan_purge
+
+    if (before is None) == (older_than is None):
+        raise click.UsageError("give exactly one of --before N or --older-than DURATION")
     try:
-        create_sink_tables(engine, config.mysql)
-    finally:
-        engine.dispose()
-    click.echo(f"tables {config.mysql.ack_table} and {config.mysql.lease_table} are ready")
+        age = parse_duration(older_than) if older_than is not None else None
+        retain_seconds = parse_duration(retain)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    with _instance(ctx) as sink:
+        plan = plan_purge(sink.engine, sink.ack, sink.wal, sink.sink_id,
+                          before=before, older_than=age)
+        verb = "would remove" if dry_run else "removing"
+        out.print(f"{verb} {len(plan.remove)} acked batch(es), {plan.rows} rows, "
+                  f"{_bytes(plan.bytes)}" + (f": {_ids(plan.remove)}" if plan.remove else ""))
+        if plan.kept_unacked:
+            out.print(f"keeping unacked batch(es) {_ids(plan.kept_unacked)}: "
+                      "run `wal-sink recover` to apply them")
+        if not sink.wal.exists() or (dry_run and not do_vacuum):
+            return
+        from wal_sink.purge import execute_purge
+        from wal_sink.spark_session import local_session
+        from wal_sink.vacuum import vacuum
+
+        spark = local_session("wal-sink purge")
+        if not dry_run:
+            execute_purge(spark, sink.config.wal_path, plan)
+        if do_vacuum:
+            result = vacuum(spark, sink.config.wal_path, retain_seconds, dry_run=dry_run)
+            verb = "vacuum would free" if dry_run else "vacuum freed"
+            out.print(f"{verb} {_bytes(result.bytes)} in {result.files} file(s)")
+        spark.stop()
+
+
+@main.command()
+@click.argument("batch_id", type=click.IntRange(min=0))
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1),
+              help="Rows to show.")
+@click.pass_context
+@_one_line_errors
+def inspect(ctx: click.Context, batch_id: int, limit: int) -> None:
+    """Show the rows of staged batch N, in the order they are applied.
+
+    Example: wal-sink -c conf/local.toml inspect 42 --limit 5
+    """
+    with _instance(ctx) as sink:
+        batch = sink.wal.staged_batch(batch_id)
+        if batch is None:
+            _fail(f"batch {batch_id} is not in the WAL (never staged, or purged)",
+                  EXIT_FAILED)
+        rows = sink.wal.head(batch, limit)
+    table = RichTable(title=f"batch {batch_id}: {batch.rows} rows in "
+                            f"{len(batch.files)} file(s), showing {len(rows)}",
+                      title_justify="left")
+    for name in (rows[0].keys() if rows else []):
+        table.add_column(name)
+    for row in rows:
+        table.add_row(*("NULL" if v is None else str(v) for v in row.values()))
+    out.print(table)
+
+
+def _span(first: int | None, last: int | None) -> str:
+    return "none" if first is None else f"{first}..{last}"
+
+
+def _maybe(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _ids(ids: tuple[int, ...]) -> str:
+    shown = ", ".join(map(str, ids[:20]))
+    return shown + (f" … ({len(ids)} in all)" if len(ids) > 20 else "")
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

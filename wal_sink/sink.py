@@ -11,7 +11,6 @@ lease is taken (epoch + 1) and staged batches without an ack are applied first.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
@@ -20,28 +19,20 @@ from sqlalchemy import Engine
 
 from wal_sink import faults, lease
 from wal_sink.checkpoint import last_planned_batch
-from wal_sink.committer import CommitResult, Committer
+from wal_sink.committer import CommitResult
 from wal_sink.config import Config, load_config
-from wal_sink.db import make_engine
 from wal_sink.errors import CheckpointResetError, TerminalError
-from wal_sink.recovery import check_checkpoint, high_water, recover
-from wal_sink.schema import init_db, sink_tables
+from wal_sink.instance import SinkInstance
+from wal_sink.recovery import check_checkpoint
 from wal_sink.staging import stage
-from wal_sink.wal import BATCH_COLUMN, WalReader
-
-log = logging.getLogger(__name__)
+from wal_sink.wal import BATCH_COLUMN
 
 
-class WalSink:
+class WalSink(SinkInstance):
     """Exactly-once sink for one ``sink.id``; not shared between queries."""
 
     def __init__(self, config: Config, engine: Engine | None = None) -> None:
-        self.config = config
-        self.engine = engine or make_engine(config.mysql)
-        self.wal = WalReader(config.wal_path)
-        self.ack, self.lease = sink_tables(config.mysql)
-        self.committer: Committer | None = None
-        self._high_water: int | None = None
+        super().__init__(config, engine)
         self._first_batch_seen = False
 
     @classmethod
@@ -49,26 +40,6 @@ class WalSink:
         if not isinstance(config, Config):
             config = load_config(Path(config))
         return cls(config)
-
-    @property
-    def sink_id(self) -> str:
-        return self.config.sink.id
-
-    @property
-    def epoch(self) -> int | None:
-        return self.committer.epoch if self.committer else None
-
-    def start(self) -> None:
-        """Create the sink tables if needed and take the lease (idempotent)."""
-        if self.committer is not None:
-            return
-        init_db(self.engine, self.config.mysql)
-        epoch = lease.acquire(self.engine, self.lease, self.sink_id)
-        self.committer = Committer(self.config, self.engine, self.wal, epoch)
-        self.committer.target()
-        self._high_water = high_water(self.engine, self.ack, self.wal, self.sink_id)
-        log.info("sink %s took lease epoch %s (known batches up to %s)",
-                 self.sink_id, epoch, self._high_water)
 
     def recover(self, spark: SparkSession | None = None,
                 checkpoint: str | None = None) -> list[CommitResult]:
@@ -85,17 +56,16 @@ class WalSink:
         if spark is not None and checkpoint is not None:
             location = self.config.resolve(checkpoint)
             check_checkpoint(self.sink_id, location,
-                             last_planned_batch(spark, location), self._high_water)
-        return recover(self.committer)
+                             last_planned_batch(spark, location), self.high_water)
+        return super().recover()
 
     def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
         """The ``foreachBatch`` function: stage, then commit, then return to Spark."""
-        self.start()
+        committer = self.start()
         self._guard_first_batch(batch_id)
-        assert self.committer is not None
         # Only the lease holder stages.
         with self.engine.connect() as conn:
-            lease.check(conn, self.lease, self.sink_id, self.committer.epoch,
+            lease.check(conn, self.lease, self.sink_id, committer.epoch,
                         lock=False, batch_id=batch_id)
         # Step 1. Stage.
         faults.watch_stage(self.config.wal_path, f"{BATCH_COLUMN}={batch_id}", batch_id)
@@ -110,10 +80,7 @@ class WalSink:
                 f"staging (last staged: {staged})", sink_id=self.sink_id,
                 batch_id=batch_id)
         # Step 2. Commit. Step 3 is returning: Spark then writes its commit log.
-        self.committer.apply(batch_id)
-
-    def close(self) -> None:
-        self.engine.dispose()
+        committer.apply(batch_id)
 
     def _guard_first_batch(self, batch_id: int) -> None:
         """I7 without a checkpoint to read: after a restart Spark's first batch is the
@@ -121,9 +88,9 @@ class WalSink:
         if self._first_batch_seen:
             return
         self._first_batch_seen = True
-        if self._high_water is not None and batch_id < self._high_water:
+        if self.high_water is not None and batch_id < self.high_water:
             raise CheckpointResetError(
                 f"Spark delivered batch {batch_id} first, but the WAL/ack table already "
-                f"hold batch {self._high_water}: the checkpoint was reset or replaced. "
+                f"hold batch {self.high_water}: the checkpoint was reset or replaced. "
                 "Restore it, or use a new sink.id",
                 sink_id=self.sink_id, batch_id=batch_id)

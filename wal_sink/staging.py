@@ -57,8 +57,12 @@ def stage(df: DataFrame, *, sink_id: str, batch_id: int, path: str,
     )
 
 
+def delta_table(spark: SparkSession, path: str) -> DeltaTable:
+    return DeltaTable.forPath(spark, path)
+
+
 def delete_batches(spark: SparkSession, path: str, batch_ids: list[int]) -> None:
     """Remove whole batches from the WAL (callers must pass only acked ones: I5)."""
     if not batch_ids:
         return
-    DeltaTable.forPath(spark, path).delete(F.col(BATCH_COLUMN).isin(batch_ids))
+    delta_table(spark, path).delete(F.col(BATCH_COLUMN).isin(batch_ids))

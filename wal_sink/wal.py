@@ -119,6 +119,15 @@ class WalReader:
             ]
             yield from parquet.iter_batches(batch_size=chunk_rows, columns=user_columns)
 
+    def head(self, batch: StagedBatch, limit: int) -> list[dict]:
+        """The first ``limit`` rows of a batch in apply order, as Python values."""
+        rows: list[dict] = []
+        for chunk in self.read_batch(batch, min(limit, 10_000)):
+            rows.extend(chunk.slice(0, limit - len(rows)).to_pylist())
+            if len(rows) >= limit:
+                break
+        return rows
+
 
 def _file_order(f: StagedFile) -> tuple[int, str]:
     return (f.min_seq if f.min_seq is not None else -1, f.uri)

@@ -1,0 +1,225 @@
+"""The wal-sink CLI as users run it: a real process, against a real WAL and MariaDB.
+
+Exit codes are checked on every call (and status repeatedly): a pyarrow/delta-rs
+abort at interpreter exit must not turn success into 134 (DESIGN.md §5).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from wal_sink.instance import SinkInstance
+from wal_sink.staging import stage
+
+WAL_SINK = str(Path(sys.executable).with_name("wal-sink"))
+SCHEMA = "k STRING, amount DECIMAL(12,2)"
+STATUS_KEYS = {
+    "sink_id", "wal_path", "wal_exists", "staged_batches", "staged_first", "staged_last",
+    "last_staged_txn", "wal_rows", "wal_bytes", "wal_files", "ack_tables_exist",
+    "acked_batches", "acked_first", "acked_last", "unacked", "rows_applied",
+    "rows_deleted", "rows_quarantined", "last_commit_at", "lag_seconds", "lag_batches",
+    "lease_epoch", "lease_holder", "lease_acquired_at",
+}
+
+
+def cli(config: Path, *args: str, input: str | None = None, env: dict | None = None):
+    return subprocess.run([WAL_SINK, "-c", str(config), *args], capture_output=True,
+                          text=True, input=input, cwd=REPO, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def toml(path: Path, db, tmp: Path, url: str | None = None) -> Path:
+    path.write_text(f"""
+[sink]
+id = "ops"
+
+[wal]
+path = "{tmp / 'wal'}"
+
+[mysql]
+url = "{url or db.url}"
+table = "ops_totals"
+key = ["k"]
+merge = {{ amount = "add" }}
+""")
+    return path
+
+
+@pytest.fixture
+def wal_state(spark, db, tmp_path):
+    """Batches 0, 1, 2 staged; 0 and 2 acked, 1 not. Returns the config path."""
+    for t in ("ops_totals", "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute("CREATE TABLE ops_totals (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(14,2))"
+               " ENGINE=InnoDB")
+    config_path = toml(tmp_path / "ops.toml", db, tmp_path)
+    from wal_sink.config import load_config
+
+    instance = SinkInstance(load_config(config_path))
+    committer = instance.start()
+    for b in range(3):
+        rows = [(f"k{i}", Decimal(b + 1)) for i in range(4)]
+        stage(spark.createDataFrame(rows, SCHEMA), sink_id="ops", batch_id=b,
+              path=instance.config.wal_path)
+    committer.apply(0)
+    committer.apply(2)
+    instance.close()
+    return config_path
+
+
+def totals(db) -> dict:
+    return dict(db.rows("SELECT k, amount FROM ops_totals"))
+
+
+def delta_log(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "wal" / "_delta_log").iterdir())
+
+
+def test_status_json_is_stable_and_exits_zero_every_time(wal_state):
+    outputs = []
+    for _ in range(6):
+        r = cli(wal_state, "status", "--json")
+        assert r.returncode == 0, r.stderr
+        outputs.append(json.loads(r.stdout))
+    st = outputs[0]
+    assert set(st) == STATUS_KEYS
+    assert (st["staged_batches"], st["acked_batches"], st["unacked"]) == (3, 2, [1])
+    assert (st["staged_first"], st["staged_last"], st["last_staged_txn"]) == (0, 2, 2)
+    assert (st["rows_applied"], st["wal_rows"], st["lag_batches"]) == (8, 12, 0)
+    assert st["lease_epoch"] == 1 and st["wal_files"] >= 3
+    for other in outputs[1:]:
+        assert {k: v for k, v in other.items() if k != "lag_seconds"} == \
+               {k: v for k, v in st.items() if k != "lag_seconds"}
+
+
+def test_status_for_people_shows_unacked(wal_state):
+    r = cli(wal_state, "status")
+    assert r.returncode == 0, r.stderr
+    assert "unacked" in r.stdout and "1: 1" in r.stdout
+
+
+def test_recover_applies_unacked_then_has_nothing_to_do(wal_state, db):
+    r = cli(wal_state, "recover")
+    assert r.returncode == 0, r.stderr
+    assert "batch 1: 4 rows" in r.stdout
+    assert totals(db) == {f"k{i}": Decimal(6) for i in range(4)}
+    r = cli(wal_state, "recover")
+    assert r.returncode == 0 and "nothing to recover" in r.stdout
+
+
+def test_replay_without_force_skips_acked(wal_state, db):
+    r = cli(wal_state, "replay", "--from", "0", "--to", "2")
+    assert r.returncode == 0, r.stderr
+    assert "skipping acked batch(es) 0, 2" in r.stdout
+    assert totals(db) == {f"k{i}": Decimal(6) for i in range(4)}
+
+
+def test_replay_dry_run_changes_nothing(wal_state, db, tmp_path):
+    before = (totals(db), db.rows("SELECT * FROM wal_sink_ack ORDER BY batch_id"),
+              db.rows("SELECT * FROM wal_sink_lease"), delta_log(tmp_path))
+    r = cli(wal_state, "replay", "--from", "0", "--to", "5", "--force", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "would apply 3 batch(es)" in r.stdout and "not in the WAL" in r.stdout
+    assert "AGAIN" in r.stderr
+    after = (totals(db), db.rows("SELECT * FROM wal_sink_ack ORDER BY batch_id"),
+             db.rows("SELECT * FROM wal_sink_lease"), delta_log(tmp_path))
+    assert after == before
+
+
+def test_forced_replay_of_add_columns_asks_first(wal_state, db):
+    r = cli(wal_state, "replay", "--from", "0", "--to", "0", "--force", input="n\n")
+    assert r.returncode == 1 and "nothing changed" in r.stderr
+    assert totals(db) == {f"k{i}": Decimal(4) for i in range(4)}
+    r = cli(wal_state, "replay", "--from", "0", "--to", "0", "--force", "--yes")
+    assert r.returncode == 0, r.stderr
+    assert totals(db) == {f"k{i}": Decimal(5) for i in range(4)}
+
+
+def test_purge_keeps_unacked_and_vacuum_frees_crash_leftovers(wal_state, db, tmp_path):
+    wal = tmp_path / "wal"
+    r = cli(wal_state, "purge", "--before", "3", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "would remove 2 acked batch(es)" in r.stdout and "keeping unacked" in r.stdout
+    # What a crash leaves: Parquet never committed, a temporary commit file.
+    orphan = wal / "_wal_batch_id=7" / "part-00000-orphan.c000.snappy.parquet"
+    orphan.parent.mkdir()
+    orphan.write_bytes(b"x" * 4096)
+    temp_commit = wal / "_delta_log" / ".00000000000000000009.json.0b1c.tmp"
+    temp_commit.write_text("{}")
+    old = time.time() - 7200
+    for p in (orphan, temp_commit):
+        os.utime(p, (old, old))
+    log_before = delta_log(tmp_path)
+    r = cli(wal_state, "purge", "--before", "3", "--vacuum", "--retain", "0s")
+    assert r.returncode == 0, r.stderr
+    assert "removing 2 acked batch(es)" in r.stdout and "vacuum freed" in r.stdout
+    assert not orphan.exists() and not temp_commit.exists()
+    from deltalake import DeltaTable
+
+    remaining = {Path(u).parent.name for u in DeltaTable(str(wal)).file_uris()}
+    assert remaining == {"_wal_batch_id=1"}
+    assert not any((wal / "_wal_batch_id=0").glob("*.parquet")), "vacuumed"
+    assert len(delta_log(tmp_path)) > len(log_before) - 1
+    r = cli(wal_state, "recover")
+    assert r.returncode == 0 and "batch 1: 4 rows" in r.stdout
+
+
+def test_inspect_shows_rows_and_refuses_unknown_batch(wal_state):
+    r = cli(wal_state, "inspect", "1", "--limit", "2")
+    assert r.returncode == 0, r.stderr
+    assert "batch 1: 4 rows" in r.stdout and "showing 2" in r.stdout
+    assert "k0" in r.stdout and "_wal_seq" not in r.stdout
+    r = cli(wal_state, "inspect", "9")
+    assert r.returncode == 1
+    assert r.stderr.strip() == "error: batch 9 is not in the WAL (never staged, or purged)"
+
+
+def test_init_db_is_idempotent(wal_state):
+    for _ in range(2):
+        r = cli(wal_state, "init-db")
+        assert r.returncode == 0, r.stderr
+
+
+def test_config_and_environment_errors_are_one_line(db, tmp_path, mariadb):
+    r = cli(tmp_path / "missing.toml", "status")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[sink]\nid = 'x'\n[wal]\npath = 'w'\n[mysql]\nurl = 'mysql+pymysql://u@h/d'\n"
+                   "table = 't'\nkey = ['k']\ncolour = 'red'\n")
+    r = cli(bad, "status")
+    assert r.returncode == 2 and "mysql.colour" in r.stderr and r.stderr.count("\n") == 1
+    good = toml(tmp_path / "ok.toml", db, tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "WAL_SINK_MYSQL_PASSWORD"}
+    r = subprocess.run([WAL_SINK, "-c", str(good), "status"], capture_output=True,
+                       text=True, env=env, cwd=REPO)
+    assert r.returncode == 2 and "export WAL_SINK_MYSQL_PASSWORD" in r.stderr
+    unreachable = toml(tmp_path / "down.toml", db, tmp_path,
+                       url=f"mysql+pymysql://sink@127.0.0.1:{mariadb.port + 1}/x")
+    r = cli(unreachable, "status")
+    assert r.returncode == 1 and r.stderr.startswith("error: MySQL error 2003")
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert os.environ["WAL_SINK_MYSQL_PASSWORD"] not in r.stderr + r.stdout
+
+
+def test_usage_errors_exit_two(wal_state):
+    assert cli(wal_state, "purge").returncode == 2
+    assert cli(wal_state, "purge", "--before", "1", "--older-than", "1d").returncode == 2
+    assert cli(wal_state, "replay", "--from", "3", "--to", "1").returncode == 2
+    assert cli(wal_state, "purge", "--older-than", "soon").returncode == 2
+
+
+@pytest.mark.parametrize("command", ["init-db", "status", "recover", "replay", "purge",
+                                     "inspect"])
+def test_every_command_help_has_an_example(command, tmp_path):
+    r = subprocess.run([WAL_SINK, "-c", "unused.toml", command, "--help"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "Example: wal-sink -c" in r.stdout

@@ -1,0 +1,69 @@
+"""Operator replay: re-apply staged batches in order through the same committer.
+
+Acked batches are re-applied only when forced; a forced replay replaces the ack row
+in the batch's own transaction, so ``add`` columns add again (the version guard still
+protects ``overwrite`` columns). Planning reads only, so ``--dry-run`` touches nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from wal_sink.committer import ChunkCallback, CommitResult
+from wal_sink.instance import SinkInstance
+from wal_sink.recovery import acked_batch_ids
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    apply: tuple[int, ...]
+    """Batches that will be applied, in order."""
+    skipped_acked: tuple[int, ...]
+    """Acked batches left alone (no --force)."""
+    missing: tuple[int, ...]
+    """Ids in the range that the WAL does not hold (never staged, or purged)."""
+    reapplied_acked: tuple[int, ...]
+    """Acked batches applied again (--force)."""
+    rows: int
+    add_columns: tuple[str, ...]
+    """The target's ``add`` columns."""
+
+    @property
+    def re_adds(self) -> bool:
+        """True when acked batches are re-applied into ``add`` columns."""
+        return bool(self.add_columns and self.reapplied_acked)
+
+
+def plan_replay(instance: SinkInstance, first: int, last: int, *, force: bool) -> ReplayPlan:
+    if first > last:
+        raise ValueError(f"--from {first} is after --to {last}")
+    instance.wal.refresh()
+    staged = instance.wal.staged_batches()
+    acked = acked_batch_ids(instance.engine, instance.ack, instance.sink_id)
+    wanted = range(first, last + 1)
+    in_wal = [b for b in wanted if b in staged]
+    apply = tuple(b for b in in_wal if force or b not in acked)
+    add_columns = tuple(c for c, p in instance.config.mysql.merge.items() if p == "add")
+    return ReplayPlan(
+        apply=apply,
+        skipped_acked=tuple(b for b in in_wal if b not in apply),
+        missing=tuple(b for b in wanted if b not in staged),
+        reapplied_acked=tuple(b for b in apply if b in acked),
+        rows=sum(staged[b].rows for b in apply),
+        add_columns=add_columns,
+    )
+
+
+def run_replay(instance: SinkInstance, plan: ReplayPlan, *, force: bool,
+               on_chunk: ChunkCallback | None = None,
+               on_batch: Callable[[CommitResult], None] | None = None) -> list[CommitResult]:
+    """Take the lease (fencing any running job) and apply the plan's batches."""
+    committer = instance.start()
+    results = []
+    for batch_id in plan.apply:
+        result = committer.apply(batch_id, force=force, on_chunk=on_chunk)
+        results.append(result)
+        if on_batch is not None:
+            on_batch(result)
+    return results
