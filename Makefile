@@ -34,6 +34,9 @@ mariadb:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq mariadb-server mariadb-client; }
 
+demo: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m devtools.demo
+
 test: setup
 	$(PY) -m pytest
 

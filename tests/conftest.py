@@ -12,7 +12,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from tests.support.mariadb import SINK_PASSWORD, MariaDB
+from devtools.mariadb import SINK_PASSWORD, MariaDB
 
 REPO = Path(__file__).resolve().parent.parent
 

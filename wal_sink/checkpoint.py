@@ -3,7 +3,31 @@ any checkpointLocation Spark accepts (local, HDFS, object stores) works."""
 
 from __future__ import annotations
 
+import json
+
 from pyspark.sql import SparkSession
+
+
+def _fs_path(spark: SparkSession, location: str):
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
+def batch_timestamp_ms(spark: SparkSession, location: str, batch_id: int) -> int | None:
+    """When Spark planned ``batch_id`` (batchTimestampMs of its offset log entry)."""
+    fs, path = _fs_path(spark, f"{location.rstrip('/')}/offsets/{batch_id}")
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
+    try:
+        reader = spark.sparkContext._jvm.java.io.BufferedReader(
+            spark.sparkContext._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+        reader.readLine()  # version line
+        metadata = json.loads(reader.readLine() or "{}")
+    finally:
+        stream.close()
+    return metadata.get("batchTimestampMs")
 
 
 def last_planned_batch(spark: SparkSession, location: str) -> int | None:
@@ -12,9 +36,7 @@ def last_planned_batch(spark: SparkSession, location: str) -> int | None:
     Spark writes offsets/N before running batch N and re-runs the last planned batch
     after a crash, so no batch staged by this checkpoint can be above this number.
     """
-    jvm = spark.sparkContext._jvm
-    offsets = jvm.org.apache.hadoop.fs.Path(location.rstrip("/") + "/offsets")
-    fs = offsets.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    fs, offsets = _fs_path(spark, location.rstrip("/") + "/offsets")
     if not fs.exists(offsets):
         return None
     ids = [int(s.getPath().getName()) for s in fs.listStatus(offsets)

@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from wal_sink.config import Config, load_config
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, WalSinkError
+from wal_sink.exit import exit_now
 from wal_sink.instance import SinkInstance
 from wal_sink.mysql_errors import error_code
 from wal_sink.schema import init_db
@@ -295,6 +296,16 @@ def inspect(ctx: click.Context, batch_id: int, limit: int) -> None:
     for row in rows:
         table.add_row(*("NULL" if v is None else str(v) for v in row.values()))
     out.print(table)
+
+
+def run() -> None:
+    """Console entry point: click's exit status, kept through ``exit_now``."""
+    try:
+        main(standalone_mode=True)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    exit_now(code)
 
 
 def _span(first: int | None, last: int | None) -> str:

@@ -25,6 +25,7 @@ RESERVED_PREFIX = "_wal_"
 MERGE_POLICIES = ("overwrite", "add", "keep")
 SOURCE_FORMATS = ("json", "csv", "parquet", "kafka", "rate")
 RESTART_STRATEGIES = ("fixed-delay", "failure-rate", "none")
+OUTPUT_MODES = ("append", "update", "complete")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class WatermarkConfig:
     """Event-time column the watermark follows."""
     delay: str
     """How late data may arrive, as Spark takes it ("10 seconds")."""
+    expr: str | None = None
+    """SQL expression stored into ``column`` first (e.g. a nested event time)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,10 @@ class JobConfig:
     """Spark checkpointLocation of the streaming query."""
     trigger: str = "2 seconds"
     """Processing-time trigger interval."""
+    output_mode: str = "append"
+    """Spark output mode: append | update | complete."""
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    """Spark SQL settings set on the session before the query starts."""
     restart: RestartConfig = field(default_factory=RestartConfig)
     """What to do when the query fails."""
 
@@ -244,12 +251,13 @@ def _transform(t: Any) -> TransformConfig:
     watermark = None
     if "watermark" in t:
         w = _as_table(t["watermark"], "transform.watermark")
-        _only(w, "transform.watermark", {"column", "delay"})
+        _only(w, "transform.watermark", {"column", "delay", "expr"})
         delay = _str(w, "transform.watermark", "delay", required=True)
         _duration(delay, "transform.watermark.delay")
         watermark = WatermarkConfig(
             column=_ident(w, "transform.watermark", "column", required=True),
             delay=delay,
+            expr=_str(w, "transform.watermark", "expr"),
         )
     return TransformConfig(sql=_str(t, "transform", "sql"), watermark=watermark)
 
@@ -330,12 +338,23 @@ def _cdc(t: Any) -> CdcConfig:
 
 def _job(t: Any) -> JobConfig:
     t = _as_table(t, "job")
-    _only(t, "job", {"checkpoint", "trigger", "restart"})
+    _only(t, "job", {"checkpoint", "trigger", "restart", "output_mode", "spark_conf"})
+    spark_conf = _as_table(t.get("spark_conf", {}), "job.spark_conf")
+    for key in spark_conf:
+        if not key.startswith("spark."):
+            raise ConfigError(f"job.spark_conf: {key!r} is not a Spark setting (spark.*)")
     trigger = _str(t, "job", "trigger") or "2 seconds"
     _duration(trigger, "job.trigger")
+    output_mode = _str(t, "job", "output_mode") or "append"
+    if output_mode not in OUTPUT_MODES:
+        raise ConfigError(
+            f"job.output_mode {output_mode!r} must be one of {', '.join(OUTPUT_MODES)}")
     return JobConfig(
         checkpoint=_str(t, "job", "checkpoint", required=True),
         trigger=trigger,
+        output_mode=output_mode,
+        spark_conf={k: str(v).lower() if isinstance(v, bool) else str(v)
+                    for k, v in spark_conf.items()},
         restart=_restart(t.get("restart", {})),
     )
 

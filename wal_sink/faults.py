@@ -1,9 +1,12 @@
 """Fault injection for crash tests: kill this process hard at a named protocol step.
 
-Set ``WAL_SINK_FAULT=POINT[:BATCH]`` (e.g. ``commit.before_commit:1``). When the
-protocol reaches POINT for BATCH (any batch if omitted), the whole process group is
-sent SIGKILL — the Python driver and its Spark JVM die as in a power cut. Run the
-writer in its own session (``start_new_session=True``). Unset, every hook is a no-op.
+Set ``WAL_SINK_FAULT=POINT[:BATCH[:ACTION]]`` (e.g. ``commit.before_commit:1``). When
+the protocol reaches POINT for BATCH (any batch if empty), ACTION happens: ``kill``
+(default) sends SIGKILL to the whole process group — the Python driver and its Spark
+JVM die as in a power cut; run the writer in its own session
+(``start_new_session=True``). ``raise`` raises ``InjectedFault`` every time,
+``raise-once`` only the first time in this process (for restart strategies). Unset,
+every hook is a no-op.
 
 Points: ``stage.during`` (a WAL Parquet file of the batch exists, the Delta commit
 does not yet), ``stage.after``, ``commit.before_commit``, ``commit.after_commit``.
@@ -21,14 +24,27 @@ ENV = "WAL_SINK_FAULT"
 POINTS = ("stage.during", "stage.after", "commit.before_commit", "commit.after_commit")
 
 
-def _armed(point: str, batch_id: int) -> bool:
+ACTIONS = ("kill", "raise", "raise-once")
+_raised: set[str] = set()
+
+
+class InjectedFault(RuntimeError):
+    """Raised by the ``raise`` actions; not a WalSinkError, so restarts apply."""
+
+
+def _armed(point: str, batch_id: int) -> str | None:
+    """The action to take at ``point`` for ``batch_id``, or None."""
     spec = os.environ.get(ENV)
     if not spec:
-        return False
-    name, _, batch = spec.partition(":")
-    if name not in POINTS:
-        raise ValueError(f"{ENV}={spec!r}: unknown point; use one of {', '.join(POINTS)}")
-    return name == point and (not batch or int(batch) == batch_id)
+        return None
+    name, batch, action = (spec.split(":") + ["", ""])[:3]
+    action = action or "kill"
+    if name not in POINTS or action not in ACTIONS:
+        raise ValueError(f"{ENV}={spec!r}: use POINT[:BATCH[:ACTION]] with POINT in "
+                         f"{', '.join(POINTS)} and ACTION in {', '.join(ACTIONS)}")
+    if name == point and (not batch or int(batch) == batch_id):
+        return action
+    return None
 
 
 def _kill() -> None:
@@ -36,9 +52,13 @@ def _kill() -> None:
 
 
 def hit(point: str, batch_id: int) -> None:
-    """Die here if the environment asks for a crash at ``point`` for ``batch_id``."""
-    if _armed(point, batch_id):
+    """Act here if the environment asks for a fault at ``point`` for ``batch_id``."""
+    action = _armed(point, batch_id)
+    if action == "kill":
         _kill()
+    elif action == "raise" or (action == "raise-once" and point not in _raised):
+        _raised.add(point)
+        raise InjectedFault(f"injected fault at {point}, batch {batch_id}")
 
 
 def watch_stage(wal_path: str, partition_dir: str, batch_id: int) -> None:
@@ -47,7 +67,7 @@ def watch_stage(wal_path: str, partition_dir: str, batch_id: int) -> None:
     Delta writes data files into the partition directory before it writes the commit
     JSON, so dying then leaves written-but-uncommitted files, as a real crash would.
     """
-    if not _armed("stage.during", batch_id):
+    if _armed("stage.during", batch_id) != "kill":
         return
     directory = Path(wal_path) / partition_dir
 

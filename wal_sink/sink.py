@@ -12,6 +12,8 @@ lease is taken (epoch + 1) and staged batches without an ack are applied first.
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -28,12 +30,22 @@ from wal_sink.staging import stage
 from wal_sink.wal import BATCH_COLUMN
 
 
+@dataclass(frozen=True)
+class BatchReport:
+    """What one ``foreach_batch`` call did, for the job's per-batch log line."""
+
+    result: CommitResult
+    stage_ms: float
+    commit_ms: float
+
+
 class WalSink(SinkInstance):
     """Exactly-once sink for one ``sink.id``; not shared between queries."""
 
     def __init__(self, config: Config, engine: Engine | None = None) -> None:
         super().__init__(config, engine)
         self._first_batch_seen = False
+        self.last_report: BatchReport | None = None
 
     @classmethod
     def from_config(cls, config: Config | str | os.PathLike[str]) -> WalSink:
@@ -68,6 +80,7 @@ class WalSink(SinkInstance):
             lease.check(conn, self.lease, self.sink_id, committer.epoch,
                         lock=False, batch_id=batch_id)
         # Step 1. Stage.
+        started = time.monotonic()
         faults.watch_stage(self.config.wal_path, f"{BATCH_COLUMN}={batch_id}", batch_id)
         stage(df, sink_id=self.sink_id, batch_id=batch_id, path=self.config.wal_path,
               order_by=self.config.cdc.order_by if self.config.cdc else None)
@@ -79,8 +92,11 @@ class WalSink(SinkInstance):
                 f"the WAL at {self.config.wal_path!r} does not record this batch after "
                 f"staging (last staged: {staged})", sink_id=self.sink_id,
                 batch_id=batch_id)
+        staged_at = time.monotonic()
         # Step 2. Commit. Step 3 is returning: Spark then writes its commit log.
-        committer.apply(batch_id)
+        result = committer.apply(batch_id)
+        self.last_report = BatchReport(result, (staged_at - started) * 1000,
+                                       (time.monotonic() - staged_at) * 1000)
 
     def _guard_first_batch(self, batch_id: int) -> None:
         """I7 without a checkpoint to read: after a restart Spark's first batch is the

@@ -1,0 +1,163 @@
+"""The streaming job: source -> transform -> WalSink, restarted by a strategy.
+
+Each attempt takes the lease, checks the checkpoint and applies unacked batches
+(recovery) before the query starts from its checkpoint. SIGTERM stops the query after
+the batch in progress. Exit codes: 0 done (drained, or stopped), 1 failed (the
+restart strategy gave up, or a terminal error), 2 configuration error.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from wal_sink.checkpoint import batch_timestamp_ms
+from wal_sink.config import Config
+from wal_sink.durations import parse_duration
+from wal_sink.errors import ConfigError, TerminalError
+from wal_sink.restart import RestartPolicy
+from wal_sink.sink import WalSink
+from wal_sink.source import streaming_frame
+from wal_sink.spark_session import require_delta
+
+log = logging.getLogger("wal_sink.job")
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+
+
+class StopRequested(Exception):
+    """A batch was about to start after SIGTERM; Spark will re-plan it next run."""
+
+
+class GracefulStop:
+    """SIGTERM sets ``requested``; the query is stopped between batches."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.stopping = False
+        self.batch_lock = threading.Lock()
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.requested = True
+
+    def stop_between_batches(self, query: StreamingQuery) -> None:
+        with self.batch_lock:  # waits for the batch in progress
+            self.stopping = True
+        query.stop()
+
+
+class BatchRunner:
+    """The foreachBatch function: one batch through the sink, one log line."""
+
+    def __init__(self, spark: SparkSession, sink: WalSink, stop: GracefulStop,
+                 checkpoint: str) -> None:
+        self.spark = spark
+        self.sink = sink
+        self.stop = stop
+        self.checkpoint = checkpoint
+        self.failure: BaseException | None = None
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        with self.stop.batch_lock:
+            if self.stop.stopping:
+                raise StopRequested()
+            try:
+                self.sink.foreach_batch(df, batch_id)
+            except BaseException as e:
+                self.failure = e
+                raise
+        report = self.sink.last_report
+        planned = batch_timestamp_ms(self.spark, self.checkpoint, batch_id)
+        lag = f"{time.time() * 1000 - planned:.0f}" if planned else "-"
+        r = report.result
+        log.info("batch %d: rows=%d deleted=%d quarantined=%d stage_ms=%.0f "
+                 "commit_ms=%.0f lag_ms=%s%s", batch_id, r.rows, r.deleted,
+                 r.quarantined, report.stage_ms, report.commit_ms, lag,
+                 "" if r.applied else " (already applied)")
+
+
+def start_query(spark: SparkSession, config: Config, runner: BatchRunner,
+                available_now: bool) -> StreamingQuery:
+    job = config.job
+    writer = (
+        streaming_frame(spark, config).writeStream
+        .queryName(f"wal_sink_{config.sink.id}".replace("-", "_").replace(".", "_"))
+        .outputMode(job.output_mode)
+        .foreachBatch(runner)
+        .option("checkpointLocation", runner.checkpoint)
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{parse_duration(job.trigger)} seconds")
+    return writer.start()
+
+
+def run_job(config: Config, *, available_now: bool,
+            spark: SparkSession | None = None) -> int:
+    """Run until drained (``available_now``), stopped, or the strategy gives up."""
+    if config.job is None:
+        raise ConfigError("config section [job] is missing; the job needs it")
+    spark = require_delta(spark or SparkSession.builder
+                          .appName(f"wal_sink {config.sink.id}").getOrCreate())
+    for key, value in config.job.spark_conf.items():
+        spark.conf.set(key, value)
+    checkpoint = config.resolve(config.job.checkpoint)
+    stop = GracefulStop()
+    stop.install()
+    policy = RestartPolicy(config.job.restart)
+    while True:
+        sink = WalSink(config)
+        runner = BatchRunner(spark, sink, stop, checkpoint)
+        try:
+            recovered = sink.recover(spark, checkpoint)
+            if recovered:
+                log.info("recovered %d batch(es) before starting: %s", len(recovered),
+                         [r.batch_id for r in recovered])
+            query = start_query(spark, config, runner, available_now)
+            while not query.awaitTermination(0.5):
+                if stop.requested and not stop.stopping:
+                    log.info("SIGTERM: stopping after the current batch")
+                    stop.stop_between_batches(query)
+            log.info("query finished: %s", "stopped" if stop.requested else "drained")
+            return EXIT_OK
+        except ConfigError as e:
+            log.error("%s", e)
+            return EXIT_CONFIG
+        except TerminalError as e:
+            log.error("%s", e)
+            return EXIT_FAILED
+        except Exception as e:  # StreamingQueryException, TransientError, lost MySQL
+            cause = runner.failure or e
+            if stop.requested:
+                log.info("stopped")
+                return EXIT_OK
+            if isinstance(cause, TerminalError):
+                log.error("%s", cause)
+                return EXIT_CONFIG if isinstance(cause, ConfigError) else EXIT_FAILED
+            reason = str(cause).strip().splitlines()[0] if str(cause).strip() else repr(cause)
+            if not policy.allow_restart():
+                log.error("query failed: %s; restart strategy %r gives up", reason,
+                          config.job.restart.strategy)
+                return EXIT_FAILED
+            log.warning("query failed: %s; %s in %.0fs", reason, policy.describe(),
+                        policy.delay)
+            _sleep_unless_stopped(policy.delay, stop)
+            if stop.requested:
+                return EXIT_OK
+        finally:
+            sink.close()
+
+
+def _sleep_unless_stopped(seconds: float, stop: GracefulStop) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not stop.requested:
+        time.sleep(min(0.2, deadline - time.monotonic()))
