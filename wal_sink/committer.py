@@ -6,7 +6,8 @@ The transaction, in order (DESIGN.md §2):
 2. Insert the ack row (sink id, batch id). Its primary key makes a second apply fail
    fast with a duplicate key: the batch is already applied, roll back and skip (I2).
 3. Apply the staged rows, read back from the WAL in bounded chunks, in staged order:
-   upserts by merge policy, CDC deletes by key.
+   upserts by merge policy, CDC deletes by key. Rows with a null key, or whose values
+   MySQL rejects (isolated under savepoints), go to the quarantine table instead.
 4. Fill in the ack row's counts.
 5. COMMIT. Rows and ack become visible together (I3), or not at all.
 
@@ -15,21 +16,41 @@ The transaction, in order (DESIGN.md §2):
 
 from __future__ import annotations
 
+import itertools
 import logging
+import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import Connection, Engine, MetaData, Table, delete, func, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Executable,
+    MetaData,
+    Table,
+    delete,
+    func,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchTableError
 
 from wal_sink import faults
 from wal_sink.config import Config
 from wal_sink.errors import TerminalError, TransientError
 from wal_sink.lease import check as check_lease
-from wal_sink.mysql_errors import DUPLICATE_KEY, error_code, is_transient
+from wal_sink.mysql_errors import (
+    DUPLICATE_KEY,
+    error_code,
+    first_line,
+    is_row_error,
+    is_transient,
+)
+from wal_sink.quarantine import Entry, Quarantine
 from wal_sink.schema import sink_tables
 from wal_sink.upsert import build_delete, build_upsert
 from wal_sink.wal import StagedBatch, WalReader
@@ -60,6 +81,7 @@ class Committer:
         self.wal = wal
         self.epoch = epoch
         self.ack, self.lease = sink_tables(config.mysql)
+        self.quarantine = Quarantine(config.quarantine_path, config.sink.id)
         self._target: Table | None = None
 
     @property
@@ -74,23 +96,63 @@ class Committer:
 
     def apply(self, batch_id: int, *, force: bool = False,
               on_chunk: ChunkCallback | None = None) -> CommitResult:
-        """Apply staged batch ``batch_id`` exactly once.
+        """Apply staged batch ``batch_id`` exactly once, retrying transient errors.
+
+        The whole transaction is retried — never single statements — with capped
+        exponential backoff and jitter. When the reply to COMMIT was lost the outcome
+        is unknown; the retry's ack insert finds the row if COMMIT had succeeded, and
+        the batch is then reported as already applied.
 
         Args:
             force: re-apply even if acked (operator replay): the old ack row is
                 replaced in the same transaction, so ``add`` columns add again.
+                A retry first checks whether the ack row was already replaced (a
+                COMMIT whose reply was lost), so a forced batch is added once.
             on_chunk: progress callback, called inside the open transaction.
 
         Raises:
             FencedError: a newer instance holds the lease.
-            TransientError: retry the whole call.
+            TransientError: still failing after ``mysql.retry_attempts`` retries.
             TerminalError: the batch cannot be applied as configured.
         """
+        mysql = self.config.mysql
+        before = self._ack_values(batch_id) if force else None
+        for attempt in itertools.count(1):
+            try:
+                if force and attempt > 1:
+                    now = self._ack_values(batch_id)
+                    if now is not None and now != before:
+                        return CommitResult(batch_id, True, now[0], now[1], now[2])
+                return self._apply_once(batch_id, force=force, on_chunk=on_chunk)
+            except TransientError as e:
+                if attempt > mysql.retry_attempts:
+                    raise
+                wait = min(mysql.retry_backoff_max, mysql.retry_backoff * 2 ** (attempt - 1))
+                wait *= random.uniform(0.5, 1.0)
+                log.warning("%s; retry %d/%d of the batch transaction in %.1fs",
+                            e, attempt, mysql.retry_attempts, wait)
+                time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _ack_values(self, batch_id: int) -> tuple[int, int, int, Any] | None:
+        """(row_count, deleted_count, quarantined, committed_at) of the ack, if any."""
+        a = self.ack.c
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(
+                    select(a.row_count, a.deleted_count, a.quarantined, a.committed_at)
+                    .where(self._ack_row(batch_id))).first()
+        except DBAPIError as e:
+            raise self._wrap(e, batch_id) from e
+        return tuple(row) if row else None
+
+    def _apply_once(self, batch_id: int, *, force: bool,
+                    on_chunk: ChunkCallback | None) -> CommitResult:
         started = time.monotonic()
         self.wal.refresh()
         batch = self.wal.staged_batch(batch_id)
-        target = self.target()
         try:
+            target = self.target()
             with self.engine.connect() as conn, conn.begin() as tx:
                 # Step 1. Fencing.
                 check_lease(conn, self.lease, self.sink_id, self.epoch, lock=True,
@@ -103,29 +165,31 @@ class Committer:
                     log.info("sink %s batch %s already applied; skipped",
                              self.sink_id, batch_id)
                     return CommitResult(batch_id, applied=False)
-                # Step 3. The staged rows, in bounded chunks and staged order.
-                rows, deleted = self._apply_rows(conn, target, batch, on_chunk)
+                # Step 3. The staged rows, in bounded chunks and staged order; rows
+                # with a null key or values MySQL rejects are set aside.
+                rows, deleted, bad = self._apply_rows(conn, target, batch, on_chunk)
+                self.quarantine.record(batch_id, bad)
                 # Step 4. Complete the ack row.
                 conn.execute(
                     update(self.ack).where(self._ack_row(batch_id)).values(
-                        row_count=rows, deleted_count=deleted, committed_at=func.now(6)
+                        row_count=rows, deleted_count=deleted, quarantined=len(bad),
+                        committed_at=func.now(6),
                     )
                 )
                 faults.hit("commit.before_commit", batch_id)
                 # Step 5. COMMIT (leaving the block).
+            faults.hit("commit.after_commit", batch_id)
         except DBAPIError as e:
             raise self._wrap(e, batch_id) from e
-        faults.hit("commit.after_commit", batch_id)
-        result = CommitResult(batch_id, True, rows, deleted, 0, time.monotonic() - started)
-        log.info("sink %s batch %s applied: %s rows, %s deleted in %.3fs",
-                 self.sink_id, batch_id, rows, deleted, result.seconds)
+        result = CommitResult(batch_id, True, rows, deleted, len(bad),
+                              time.monotonic() - started)
+        log.info("sink %s batch %s applied: %s rows, %s deleted, %s quarantined in %.3fs",
+                 self.sink_id, batch_id, rows, deleted, len(bad), result.seconds)
+        if bad:
+            log.warning("sink %s batch %s: %d row(s) quarantined in %s, first: %s",
+                        self.sink_id, batch_id, len(bad), self.quarantine.path,
+                        bad[0].reason)
         return result
-
-    def is_acked(self, batch_id: int) -> bool:
-        with self.engine.connect() as conn:
-            return conn.execute(
-                self.ack.select().where(self._ack_row(batch_id))
-            ).first() is not None
 
     # --- steps ----------------------------------------------------------------
 
@@ -147,34 +211,35 @@ class Committer:
         return True
 
     def _apply_rows(self, conn: Connection, target: Table, batch: StagedBatch | None,
-                    on_chunk: ChunkCallback | None) -> tuple[int, int]:
+                    on_chunk: ChunkCallback | None) -> tuple[int, int, list[Entry]]:
+        """Apply the batch in staged order; return (upserted, deleted, set aside)."""
         if batch is None:
-            return 0, 0
+            return 0, 0, []
         mysql, cdc = self.config.mysql, self.config.cdc
-        total = batch.rows
         upsert = None
         remove = build_delete(target, mysql) if cdc else None
         rows = deleted = done = 0
+        bad: list[Entry] = []
         for chunk in self.wal.read_batch(batch, self.config.wal.chunk_rows):
             if upsert is None:
                 columns = [c for c in chunk.schema.names if not cdc or c != cdc.op_column]
                 upsert = build_upsert(target, columns, mysql)
             for is_delete, run in _runs(chunk, cdc.op_column if cdc else None,
                                         cdc.delete_values if cdc else ()):
+                run = _drop_null_keys(run, mysql.key, bad)
                 if is_delete:
-                    conn.execute(remove, [{k: r[k] for k in mysql.key} for r in run])
-                    deleted += len(run)
+                    params = [{k: r[k] for k in mysql.key} for r in run]
+                    deleted += _isolating(conn, remove, params, bad)
                 else:
-                    conn.execute(upsert, run)
-                    rows += len(run)
+                    rows += _isolating(conn, upsert, run, bad)
             done += chunk.num_rows
             if on_chunk is not None:
-                on_chunk(done, total)
-        return rows, deleted
+                on_chunk(done, batch.rows)
+        return rows, deleted, bad
 
     def _wrap(self, e: DBAPIError, batch_id: int) -> Exception:
         code = error_code(e)
-        reason = f"MySQL error {code}: {_first_line(e.orig)}" if code else _first_line(e)
+        reason = f"MySQL error {code}: {first_line(e.orig)}" if code else first_line(e)
         if is_transient(e):
             return TransientError(reason, sink_id=self.sink_id, batch_id=batch_id)
         return TerminalError(reason, sink_id=self.sink_id, batch_id=batch_id,
@@ -231,5 +296,40 @@ def _python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:
     return pa.RecordBatch.from_arrays(columns, names=chunk.schema.names).to_pylist()
 
 
-def _first_line(obj: object) -> str:
-    return str(obj).strip().splitlines()[0] if str(obj).strip() else type(obj).__name__
+def _drop_null_keys(run: list[dict[str, Any]], key: tuple[str, ...],
+                    bad: list[Entry]) -> list[dict[str, Any]]:
+    kept = []
+    for row in run:
+        missing = [k for k in key if row.get(k) is None]
+        if missing:
+            bad.append(Entry(row, f"null key column(s): {', '.join(missing)}"))
+        else:
+            kept.append(row)
+    return kept
+
+
+def _isolating(conn: Connection, stmt: Executable, rows: list[dict[str, Any]],
+               bad: list[Entry]) -> int:
+    """Execute ``stmt`` for ``rows`` under a savepoint; when MySQL rejects a row's
+    values, bisect to find the rejected rows, set them aside, apply the rest in
+    order. Returns how many rows were applied."""
+    if not rows:
+        return 0
+    savepoint = conn.begin_nested()
+    try:
+        conn.execute(stmt, rows)
+    except DBAPIError as e:
+        # Anything but a row error (a deadlock, a lost link) may have ended the
+        # whole transaction, savepoint included: leave it to the transaction.
+        if not is_row_error(e):
+            raise
+        savepoint.rollback()
+        if len(rows) == 1:
+            bad.append(Entry(rows[0], f"MySQL error {error_code(e)}: {first_line(e.orig)}"))
+            return 0
+    else:
+        savepoint.commit()
+        return len(rows)
+    middle = len(rows) // 2
+    return (_isolating(conn, stmt, rows[:middle], bad)
+            + _isolating(conn, stmt, rows[middle:], bad))

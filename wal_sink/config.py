@@ -70,6 +70,8 @@ class WalConfig:
     """Delta table of the write-ahead log: a path or an object-store URI."""
     chunk_rows: int = 5000
     """Rows read back from the WAL and sent to MySQL per statement batch."""
+    quarantine_path: str | None = None
+    """Delta table of set-aside rows; default: the WAL path + "_quarantine"."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,12 @@ class MysqlConfig:
     """One row per applied batch, written in the batch's own transaction."""
     lease_table: str = "wal_sink_lease"
     """One row per sink holding the fencing epoch."""
+    retry_attempts: int = 6
+    """Retries of a batch transaction after transient errors, then the query fails."""
+    retry_backoff: float = 0.5
+    """Seconds before the first retry; doubles each time, with jitter."""
+    retry_backoff_max: float = 20.0
+    """Cap of the wait between two retries, in seconds."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +161,10 @@ class Config:
     @property
     def wal_path(self) -> str:
         return self.resolve(self.wal.path)
+
+    @property
+    def quarantine_path(self) -> str:
+        return self.resolve(self.wal.quarantine_path or self.wal.path.rstrip("/") + "_quarantine")
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -263,16 +275,18 @@ def _transform(t: Any) -> TransformConfig:
 
 
 def _wal(t: dict[str, Any]) -> WalConfig:
-    _only(t, "wal", {"path", "chunk_rows"})
+    _only(t, "wal", {"path", "chunk_rows", "quarantine_path"})
     chunk_rows = t.get("chunk_rows", 5000)
     if not isinstance(chunk_rows, int) or isinstance(chunk_rows, bool) or chunk_rows < 1:
         raise ConfigError(f"wal.chunk_rows must be a positive integer, not {chunk_rows!r}")
-    return WalConfig(path=_str(t, "wal", "path", required=True), chunk_rows=chunk_rows)
+    return WalConfig(path=_str(t, "wal", "path", required=True), chunk_rows=chunk_rows,
+                     quarantine_path=_str(t, "wal", "quarantine_path"))
 
 
 def _mysql(t: dict[str, Any]) -> MysqlConfig:
     keys = {"url", "table", "key", "merge", "version_column", "password_env",
-            "password_file", "ack_table", "lease_table"}
+            "password_file", "ack_table", "lease_table", "retry_attempts",
+            "retry_backoff", "retry_backoff_max"}
     _only(t, "mysql", keys)
     url = _str(t, "mysql", "url", required=True)
     try:
@@ -310,6 +324,10 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
     if version_column and version_column in key:
         raise ConfigError("mysql.version_column cannot be a key column")
     password_env = _str(t, "mysql", "password_env") or "WAL_SINK_MYSQL_PASSWORD"
+    retry_attempts = t.get("retry_attempts", 6)
+    if not isinstance(retry_attempts, int) or isinstance(retry_attempts, bool) \
+            or retry_attempts < 0:
+        raise ConfigError("mysql.retry_attempts must be a non-negative integer")
     return MysqlConfig(
         url=url,
         table=_ident(t, "mysql", "table", required=True),
@@ -320,6 +338,10 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
         password_file=_str(t, "mysql", "password_file"),
         ack_table=_ident(t, "mysql", "ack_table") or "wal_sink_ack",
         lease_table=_ident(t, "mysql", "lease_table") or "wal_sink_lease",
+        retry_attempts=retry_attempts,
+        retry_backoff=_duration(t.get("retry_backoff", "0.5 seconds"), "mysql.retry_backoff"),
+        retry_backoff_max=_duration(t.get("retry_backoff_max", "20 seconds"),
+                                    "mysql.retry_backoff_max"),
     )
 
 

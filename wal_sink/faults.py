@@ -5,8 +5,9 @@ the protocol reaches POINT for BATCH (any batch if empty), ACTION happens: ``kil
 (default) sends SIGKILL to the whole process group — the Python driver and its Spark
 JVM die as in a power cut; run the writer in its own session
 (``start_new_session=True``). ``raise`` raises ``InjectedFault`` every time,
-``raise-once`` only the first time in this process (for restart strategies). Unset,
-every hook is a no-op.
+``raise-once`` only the first time in this process (for restart strategies);
+``lost-once`` raises, once, the lost-connection error (2013) a client sees when the
+reply to COMMIT never arrives. Unset, every hook is a no-op.
 
 Points: ``stage.during`` (a WAL Parquet file of the batch exists, the Delta commit
 does not yet), ``stage.after``, ``commit.before_commit``, ``commit.after_commit``.
@@ -24,7 +25,7 @@ ENV = "WAL_SINK_FAULT"
 POINTS = ("stage.during", "stage.after", "commit.before_commit", "commit.after_commit")
 
 
-ACTIONS = ("kill", "raise", "raise-once")
+ACTIONS = ("kill", "raise", "raise-once", "lost-once")
 _raised: set[str] = set()
 
 
@@ -59,6 +60,13 @@ def hit(point: str, batch_id: int) -> None:
     elif action == "raise" or (action == "raise-once" and point not in _raised):
         _raised.add(point)
         raise InjectedFault(f"injected fault at {point}, batch {batch_id}")
+    elif action == "lost-once" and point not in _raised:
+        _raised.add(point)
+        import pymysql
+        from sqlalchemy.exc import OperationalError
+
+        raise OperationalError("COMMIT", None, pymysql.err.OperationalError(
+            2013, "Lost connection to MySQL server during query (injected)"))
 
 
 def watch_stage(wal_path: str, partition_dir: str, batch_id: int) -> None:

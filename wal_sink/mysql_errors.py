@@ -8,6 +8,10 @@ from sqlalchemy.exc import DBAPIError
 # server gone away, lost connection, read-only (failover), read-only (super_read_only)
 TRANSIENT_CODES = frozenset({1213, 1205, 1020, 2003, 1040, 2006, 2013, 1290, 1836})
 DUPLICATE_KEY = 1062
+# Errors about one row's values: isolate the row and quarantine it (DESIGN.md §3).
+# null into NOT NULL, duplicate on another unique key, out of range, bad datetime,
+# no default, bad value, too long, foreign key, check constraint (MySQL, MariaDB).
+ROW_ERRORS = frozenset({1048, 1062, 1264, 1292, 1364, 1366, 1406, 1452, 3819, 4025})
 
 
 def error_code(exc: BaseException) -> int | None:
@@ -23,3 +27,12 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True
     return error_code(exc) in TRANSIENT_CODES
+
+
+def is_row_error(exc: BaseException) -> bool:
+    return error_code(exc) in ROW_ERRORS
+
+
+def first_line(obj: object) -> str:
+    text = str(obj).strip()
+    return text.splitlines()[0] if text else type(obj).__name__

@@ -113,7 +113,7 @@ class WalReader:
         The WAL's own columns are dropped; only the stream's columns are yielded.
         """
         for staged_file in batch.files:
-            parquet = _open_parquet(staged_file.uri)
+            parquet = open_parquet(staged_file.uri)
             user_columns = [
                 name for name in parquet.schema_arrow.names if name not in WAL_COLUMNS
             ]
@@ -139,7 +139,7 @@ def _join_uri(base: str, relative: str) -> str:
     return f"{base}/{unquote(relative)}"
 
 
-def _open_parquet(uri: str) -> pq.ParquetFile:
+def open_parquet(uri: str) -> pq.ParquetFile:
     if "://" in uri:
         filesystem, path = pafs.FileSystem.from_uri(uri)
         return pq.ParquetFile(filesystem.open_input_file(path))

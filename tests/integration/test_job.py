@@ -1,0 +1,318 @@
+"""The spark-submit job end to end: real Spark launches, a real Kafka broker, files
+arriving, SIGKILL at random moments, restart strategies, SIGTERM, and a Spark
+standalone cluster with executors in separate JVMs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from devtools.invoices import InvoiceFeed
+from devtools.kafka import KafkaBroker
+from devtools.mariadb import free_port
+from tests.conftest import REPO
+
+SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
+JOB = "jobs/stream_to_mysql.py"
+SEED = int(os.environ.get("WAL_SINK_TEST_SEED", time.time()))
+rng = random.Random(SEED)
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **extra}
+
+
+class JobProcess:
+    def __init__(self, config: Path, log: Path, *args: str, env: dict | None = None,
+                 submit_args: tuple[str, ...] = ()) -> None:
+        self.log = log
+        out = open(log, "ab")
+        self.proc = subprocess.Popen(
+            [SPARK_SUBMIT, *submit_args, JOB, "-c", str(config), *args], cwd=REPO,
+            env=env or job_env(), stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def wait(self, timeout: float = 600) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def tail(self) -> str:
+        return self.text()[-4000:]
+
+
+def write_config(path: Path, db, tmp: Path, source: str, *, table: str,
+                 extra: str = "") -> Path:
+    path.write_text(f"""
+[sink]
+id = "{path.stem}"
+
+{source}
+
+[wal]
+path = "{tmp / 'wal'}"
+
+[mysql]
+url = "{db.url}"
+table = "{table}"
+key = ["k"]
+merge = {{ amount = "add" }}
+
+[job]
+checkpoint = "{tmp / 'checkpoint'}"
+trigger = "1 second"
+spark_conf = {{ "spark.sql.shuffle.partitions" = 2, "spark.databricks.delta.snapshotPartitions" = 2 }}
+{extra}
+""")
+    return path
+
+
+def fresh_table(db, name: str) -> None:
+    for t in (name, "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(f"CREATE TABLE {name} (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(16,2)) "
+               "ENGINE=InnoDB")
+
+
+def totals(db, table: str) -> dict[str, Decimal]:
+    return dict(db.rows(f"SELECT k, amount FROM {table}"))
+
+
+def kill_and_restart(config: Path, log: Path, rounds: int, env: dict | None = None) -> None:
+    """Run the streaming job and SIGKILL it at a random moment, ``rounds`` times."""
+    for _ in range(rounds):
+        job = JobProcess(config, log, env=env)
+        time.sleep(rng.uniform(12, 22))
+        assert job.proc.poll() is None, job.tail()
+        job.kill()
+
+
+def test_files_arriving_while_job_is_killed_land_exactly_once(db, tmp_path):
+    print(f"seed {SEED}")
+    fresh_table(db, "file_totals")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    config = write_config(tmp_path / "files.toml", db, tmp_path, f"""
+[source]
+format = "json"
+path = "{landing}"
+schema = "k STRING, amount DECIMAL(12,2)"
+options = {{ maxFilesPerTrigger = 2 }}""", table="file_totals")
+    expected: dict[str, Decimal] = {}
+
+    def arrive() -> None:
+        for i in range(60):
+            rows = [(f"k{rng.randrange(8)}", Decimal(rng.randrange(1, 10_000)) / 100)
+                    for _ in range(rng.randrange(1, 30))]
+            tmp = landing / f".f{i:03d}.tmp"
+            tmp.write_text("".join(json.dumps({"k": k, "amount": str(a)}) + "\n"
+                                   for k, a in rows))
+            tmp.rename(landing / f"f{i:03d}.json")  # appears whole, as sources should
+            for k, a in rows:
+                expected[k] = expected.get(k, Decimal(0)) + a
+            time.sleep(0.5)
+
+    arriving = threading.Thread(target=arrive)
+    arriving.start()
+    log = tmp_path / "job.log"
+    kill_and_restart(config, log, rounds=2)
+    arriving.join()
+    drain = JobProcess(config, log, "--available-now")
+    assert drain.wait() == 0, drain.tail()
+    assert totals(db, "file_totals") == expected
+    from wal_sink.wal import WalReader
+
+    acked = {r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack")}
+    assert set(WalReader(str(tmp_path / "wal")).staged_batches()) <= acked
+    assert "batch " in log.read_text() and "rows=" in log.read_text()
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory):
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def test_kafka_messages_produced_while_job_is_killed_land_exactly_once(db, kafka, tmp_path):
+    print(f"seed {SEED}")
+    fresh_table(db, "kafka_totals")
+    kafka.create_topic("payments", partitions=2)
+    config = write_config(tmp_path / "kafka.toml", db, tmp_path, f"""
+[source]
+format = "kafka"
+schema = "k STRING, amount DECIMAL(12,2)"
+options = {{ "kafka.bootstrap.servers" = "{kafka.bootstrap}", subscribe = "payments", startingOffsets = "earliest", maxOffsetsPerTrigger = 150 }}""",
+                          table="kafka_totals")
+    expected: dict[str, Decimal] = {}
+
+    def produce() -> None:
+        producer = kafka.producer()
+        for _ in range(900):
+            k, amount = f"k{rng.randrange(6)}", Decimal(rng.randrange(1, 10_000)) / 100
+            producer.send("payments", json.dumps({"k": k, "amount": str(amount)}).encode())
+            expected[k] = expected.get(k, Decimal(0)) + amount
+            time.sleep(0.04)
+        producer.flush()
+        producer.close()
+
+    producing = threading.Thread(target=produce)
+    producing.start()
+    log = tmp_path / "job.log"
+    kill_and_restart(config, log, rounds=2)
+    producing.join()
+    drain = JobProcess(config, log, "--available-now")
+    assert drain.wait() == 0, drain.tail()
+    assert totals(db, "kafka_totals") == expected
+
+
+def landing_config(db, tmp_path: Path, name: str, extra: str = "") -> Path:
+    landing = tmp_path / "landing"
+    landing.mkdir(exist_ok=True)
+    for i in range(3):
+        (landing / f"f{i}.json").write_text(json.dumps({"k": "a", "amount": "1.00"}) + "\n")
+        os.utime(landing / f"f{i}.json", (1_700_000_000 + i,) * 2)
+    return write_config(tmp_path / f"{name}.toml", db, tmp_path, f"""
+[source]
+format = "json"
+path = "{landing}"
+schema = "k STRING, amount DECIMAL(12,2)"
+options = {{ maxFilesPerTrigger = 1 }}""", table=name, extra=extra)
+
+
+def test_restart_strategy_gives_up_after_its_attempts(db, tmp_path):
+    fresh_table(db, "giveup")
+    config = landing_config(db, tmp_path, "giveup",
+                            'restart = { strategy = "fixed-delay", attempts = 2, delay = "1s" }')
+    job = JobProcess(config, tmp_path / "job.log", "--available-now",
+                     env=job_env(WAL_SINK_FAULT="commit.before_commit:1:raise"))
+    assert job.wait() == 1
+    log = job.text()
+    assert "restart 1/2" in log and "restart 2/2" in log
+    assert "restart strategy 'fixed-delay' gives up" in log
+    assert totals(db, "giveup") == {"a": Decimal("1.00")}, "batch 0 only, never batch 1"
+
+
+def test_restart_after_a_failure_recovers_and_drains(db, tmp_path):
+    fresh_table(db, "retry")
+    config = landing_config(db, tmp_path, "retry",
+                            'restart = { strategy = "failure-rate", max_failures = 2, '
+                            'interval = "1 minute", delay = "1s" }')
+    job = JobProcess(config, tmp_path / "job.log", "--available-now",
+                     env=job_env(WAL_SINK_FAULT="commit.before_commit:1:raise-once"))
+    assert job.wait() == 0, job.tail()
+    assert "injected fault" in job.text()
+    assert totals(db, "retry") == {"a": Decimal("3.00")}
+
+
+def test_sigterm_stops_after_the_current_batch(db, tmp_path):
+    fresh_table(db, "term")
+    config = landing_config(db, tmp_path, "term")
+    log = tmp_path / "job.log"
+    job = JobProcess(config, log)
+    deadline = time.monotonic() + 120
+    while "batch 0:" not in log.read_text(errors="replace"):
+        assert time.monotonic() < deadline and job.proc.poll() is None, job.tail()
+        time.sleep(0.2)
+    os.killpg(job.proc.pid, signal.SIGTERM)
+    assert job.wait(timeout=120) == 0, job.tail()
+    assert "stopping after the current batch" in job.text()
+    staged = db.rows("SELECT COUNT(*) FROM wal_sink_ack")[0][0]
+    from deltalake import DeltaTable
+
+    wal = DeltaTable(str(tmp_path / "wal"))
+    assert wal.transaction_version("term") == staged - 1, "nothing staged without ack"
+
+
+def test_bad_config_exits_two_with_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[sink]\nid = 'x'\n")
+    job = JobProcess(bad, tmp_path / "job.log")
+    assert job.wait() == 2
+    assert "config section [wal] is missing" in job.text()
+
+
+def test_invoice_pipeline_from_files_is_exact(db, tmp_path):
+    for t in ("kpxxb_hzb", "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute((REPO / "sql" / "demo_kpxxb_hzb.sql").read_text().strip().rstrip(";"))
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    feed = InvoiceFeed(seed=3)
+    from datetime import datetime, timedelta, timezone
+
+    start = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
+    files = [[feed.message(start + timedelta(milliseconds=150 * (f * 40 + i)))
+              for i in range(40)] for f in range(6)]
+    last = start + timedelta(minutes=5)
+    # Two closing invoices in separate batches: the first moves the watermark, the
+    # second makes a batch run after it (--available-now runs no empty batch).
+    files += [[feed.closing(last)], [feed.closing(last, timedelta(hours=2))]]
+    for i, messages in enumerate(files):
+        path = landing / f"inv{i}.json"
+        path.write_text("".join(json.dumps(m) + "\n" for m in messages))
+        os.utime(path, (1_700_000_000 + i,) * 2)
+    conf = (REPO / "conf" / "invoices_files.toml").read_text()
+    conf = (conf.replace("var/landing/invoices", str(landing))
+            .replace("var/wal/invoices_files", str(tmp_path / "wal"))
+            .replace("var/checkpoints/invoices_files", str(tmp_path / "cp"))
+            .replace("mysql+pymysql://sink@127.0.0.1:33306/shop", db.url)
+            .replace("maxFilesPerTrigger = 2", "maxFilesPerTrigger = 1"))
+    config = tmp_path / "invoices_files.toml"
+    config.write_text(conf)
+    job = JobProcess(config, tmp_path / "job.log", "--available-now")
+    assert job.wait() == 0, job.tail()
+    got = {(r[0], r[1]): (r[2], r[3])
+           for r in db.rows("SELECT swjg_dm, fpzt, hjje, fs FROM kpxxb_hzb")}
+    assert got == dict(feed.expected)
+    assert sum(c for _, c in got.values()) == 228, "every 20th message lacks magic"
+
+
+def test_job_runs_unchanged_on_a_standalone_cluster(db, tmp_path):
+    """A master and a worker from pyspark's own classes; executors are separate JVMs;
+    the WAL is on a filesystem every node (here: process) sees."""
+    fresh_table(db, "cluster")
+    config = landing_config(db, tmp_path, "cluster")
+    spark_class = str(Path(sys.executable).with_name("spark-class"))
+    port = free_port()
+    env = job_env(SPARK_LOG_DIR=str(tmp_path), SPARK_WORKER_DIR=str(tmp_path / "work"))
+    master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master",
+                               "--host", "127.0.0.1", "--port", str(port),
+                               "--webui-port", "0"], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker",
+                               "--host", "127.0.0.1", "--webui-port", "0", "--cores", "2",
+                               "--memory", "1g", f"spark://127.0.0.1:{port}"], env=env,
+                              start_new_session=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(8)
+        job = JobProcess(config, tmp_path / "job.log", "--available-now", env=env,
+                         submit_args=("--master", f"spark://127.0.0.1:{port}",
+                                      "--conf", "spark.executor.memory=512m"))
+        assert job.wait() == 0, job.tail()
+        executors = list((tmp_path / "work").glob("app-*/*"))
+        assert executors, "no executor JVM ran on the worker"
+        assert totals(db, "cluster") == {"a": Decimal("3.00")}
+    finally:
+        for p in (worker, master):
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
