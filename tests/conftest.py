@@ -66,6 +66,16 @@ class Database:
         with self.connect() as conn, conn.cursor() as cur:
             cur.execute(sql, args)
 
+    def run_sql_file(self, name: str, replacements: dict[str, str] | None = None) -> None:
+        """Execute a file from sql/: comment lines dropped, split on ';'."""
+        text = (REPO / "sql" / name).read_text()
+        for old, new in (replacements or {}).items():
+            text = text.replace(old, new)
+        code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+        for statement in code.split(";"):
+            if statement.strip():
+                self.execute(statement)
+
     def rows(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
         with self.connect() as conn, conn.cursor() as cur:
             cur.execute(sql, args)

@@ -272,17 +272,36 @@ def purge(ctx: click.Context, before: int | None, older_than: str | None, dry_ru
 
 
 @main.command()
-@click.argument("batch_id", type=click.IntRange(min=0))
+@click.argument("batch_id", type=click.IntRange(min=0), required=False)
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1),
               help="Rows to show.")
+@click.option("--quarantine", is_flag=True,
+              help="Show quarantined records and why (of batch N, if given).")
 @click.pass_context
 @_one_line_errors
-def inspect(ctx: click.Context, batch_id: int, limit: int) -> None:
-    """Show the rows of staged batch N, in the order they are applied.
+def inspect(ctx: click.Context, batch_id: int | None, limit: int, quarantine: bool) -> None:
+    """Show the rows of staged batch N in apply order, or quarantined records.
 
     Example: wal-sink -c conf/local.toml inspect 42 --limit 5
+    Example: wal-sink -c conf/local.toml inspect --quarantine
     """
+    if batch_id is None and not quarantine:
+        raise click.UsageError("give a batch id, or --quarantine")
     with _instance(ctx) as sink:
+        if quarantine:
+            from wal_sink.quarantine import Quarantine
+
+            entries = Quarantine(sink.config.quarantine_path, sink.sink_id).read(
+                limit, batch_id)
+            table = RichTable(title=f"quarantine {sink.config.quarantine_path}: "
+                                    f"showing {len(entries)}", title_justify="left")
+            for name in ("batch", "reason", "record", "recorded at"):
+                table.add_column(name, overflow="fold")
+            for e in entries:
+                table.add_row(str(e["batch_id"]), e["reason"], e["record"],
+                              e["recorded_at"].isoformat(timespec="seconds"))
+            out.print(table)
+            return
         batch = sink.wal.staged_batch(batch_id)
         if batch is None:
             _fail(f"batch {batch_id} is not in the WAL (never staged, or purged)",

@@ -26,6 +26,7 @@ MERGE_POLICIES = ("overwrite", "add", "keep")
 SOURCE_FORMATS = ("json", "csv", "parquet", "kafka", "rate")
 RESTART_STRATEGIES = ("fixed-delay", "failure-rate", "none")
 OUTPUT_MODES = ("append", "update", "complete")
+TLS_OPTIONS = ("ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert", "ssl_verify_identity")
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,9 @@ class MysqlConfig:
     """One row per applied batch, written in the batch's own transaction."""
     lease_table: str = "wal_sink_lease"
     """One row per sink holding the fencing epoch."""
+    tls: dict[str, Any] = field(default_factory=dict)
+    """TLS options passed to PyMySQL: ssl_ca, ssl_cert, ssl_key, ssl_verify_cert,
+    ssl_verify_identity."""
     retry_attempts: int = 6
     """Retries of a batch transaction after transient errors, then the query fails."""
     retry_backoff: float = 0.5
@@ -286,7 +290,7 @@ def _wal(t: dict[str, Any]) -> WalConfig:
 def _mysql(t: dict[str, Any]) -> MysqlConfig:
     keys = {"url", "table", "key", "merge", "version_column", "password_env",
             "password_file", "ack_table", "lease_table", "retry_attempts",
-            "retry_backoff", "retry_backoff_max"}
+            "retry_backoff", "retry_backoff_max", "tls"}
     _only(t, "mysql", keys)
     url = _str(t, "mysql", "url", required=True)
     try:
@@ -324,6 +328,11 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
     if version_column and version_column in key:
         raise ConfigError("mysql.version_column cannot be a key column")
     password_env = _str(t, "mysql", "password_env") or "WAL_SINK_MYSQL_PASSWORD"
+    tls = _as_table(t.get("tls", {}), "mysql.tls")
+    for option in tls:
+        if option not in TLS_OPTIONS:
+            raise ConfigError(f"mysql.tls.{option} is not a TLS option; use "
+                              f"{', '.join(TLS_OPTIONS)}")
     retry_attempts = t.get("retry_attempts", 6)
     if not isinstance(retry_attempts, int) or isinstance(retry_attempts, bool) \
             or retry_attempts < 0:
@@ -338,6 +347,7 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
         password_file=_str(t, "mysql", "password_file"),
         ack_table=_ident(t, "mysql", "ack_table") or "wal_sink_ack",
         lease_table=_ident(t, "mysql", "lease_table") or "wal_sink_lease",
+        tls=dict(tls),
         retry_attempts=retry_attempts,
         retry_backoff=_duration(t.get("retry_backoff", "0.5 seconds"), "mysql.retry_backoff"),
         retry_backoff_max=_duration(t.get("retry_backoff_max", "20 seconds"),

@@ -2,7 +2,8 @@
 
 Sessions run in strict SQL mode (bad values fail instead of being truncated) and in
 UTC, so timestamps staged by Spark land unchanged. The password is taken from the
-environment or a file at engine creation and never appears in config or logs.
+environment or a file at engine creation and never appears in config or logs; TLS
+options from ``mysql.tls`` go to PyMySQL unchanged.
 """
 
 from __future__ import annotations
@@ -30,5 +31,6 @@ def make_engine(mysql: MysqlConfig) -> Engine:
         connect_args={
             "init_command": f"SET SESSION sql_mode='{SESSION_SQL_MODE}', time_zone='+00:00'",
             "charset": "utf8mb4",
+            **mysql.tls,
         },
     )

@@ -10,9 +10,10 @@ import logging
 from sqlalchemy import Engine
 
 from wal_sink import lease
-from wal_sink.committer import CommitResult, Committer
+from wal_sink.committer import CommitResult, Committer, reflect_target
 from wal_sink.config import Config
 from wal_sink.db import make_engine
+from wal_sink.preflight import preflight
 from wal_sink.recovery import high_water, recover
 from wal_sink.schema import init_db, sink_tables
 from wal_sink.wal import WalReader
@@ -41,12 +42,14 @@ class SinkInstance:
         return self.committer.epoch if self.committer else None
 
     def start(self) -> Committer:
-        """Create the sink tables if needed and take the lease (once per instance)."""
+        """Check the target, create the sink tables if needed and take the lease
+        (once per instance)."""
         if self.committer is None:
+            preflight(self.engine, self.config, reflect_target(self.engine,
+                                                               self.config.mysql.table))
             init_db(self.engine, self.config.mysql)
             epoch = lease.acquire(self.engine, self.lease, self.sink_id)
             committer = Committer(self.config, self.engine, self.wal, epoch)
-            committer.target()
             self.high_water = high_water(self.engine, self.ack, self.wal, self.sink_id)
             self.committer = committer
             log.info("sink %s took lease epoch %s (known batches up to %s)",

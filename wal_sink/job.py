@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 
+from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -35,18 +36,41 @@ class StopRequested(Exception):
 
 
 class GracefulStop:
-    """SIGTERM sets ``requested``; the query is stopped between batches."""
+    """SIGTERM sets ``requested``; the query is stopped between batches.
+
+    Under spark-submit the driver JVM is the parent process and gets the signal too;
+    its default handler would run the shutdown hooks and stop Spark mid-batch. The
+    JVM's TERM handler is therefore replaced by one that only sets the flag.
+    """
 
     def __init__(self) -> None:
         self.requested = False
         self.stopping = False
         self.batch_lock = threading.Lock()
 
-    def install(self) -> None:
+    def install(self, spark: SparkSession) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
+        gateway = spark.sparkContext._gateway
+        ensure_callback_server_started(gateway)
+        jvm = spark.sparkContext._jvm
+        self._jvm_handler = _JvmTermHandler(self)  # keep a reference: py4j needs it
+        jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal("TERM"), self._jvm_handler)
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.requested = True
+
+
+class _JvmTermHandler:
+    """A ``sun.misc.SignalHandler`` implemented in Python through py4j."""
+
+    def __init__(self, stop: GracefulStop) -> None:
+        self.stop = stop
+
+    def handle(self, sig: object) -> None:
+        self.stop.requested = True
+
+    class Java:
+        implements = ["sun.misc.SignalHandler"]
 
     def stop_between_batches(self, query: StreamingQuery) -> None:
         with self.batch_lock:  # waits for the batch in progress
@@ -112,7 +136,7 @@ def run_job(config: Config, *, available_now: bool,
         spark.conf.set(key, value)
     checkpoint = config.resolve(config.job.checkpoint)
     stop = GracefulStop()
-    stop.install()
+    stop.install(spark)
     policy = RestartPolicy(config.job.restart)
     while True:
         sink = WalSink(config)

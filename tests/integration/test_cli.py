@@ -223,3 +223,27 @@ def test_every_command_help_has_an_example(command, tmp_path):
     r = subprocess.run([WAL_SINK, "-c", "unused.toml", command, "--help"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "Example: wal-sink -c" in r.stdout
+
+
+def test_inspect_quarantine_shows_records_and_reasons(spark, db, tmp_path):
+    for t in ("ops_totals", "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute("CREATE TABLE ops_totals (k VARCHAR(4) PRIMARY KEY, amount DECIMAL(14,2))"
+               " ENGINE=InnoDB")
+    config_path = toml(tmp_path / "ops.toml", db, tmp_path)
+    from wal_sink.config import load_config
+
+    instance = SinkInstance(load_config(config_path))
+    committer = instance.start()
+    rows = [("ok", Decimal(1)), ("far-too-long", Decimal(2)), (None, Decimal(3))]
+    stage(spark.createDataFrame(rows, SCHEMA), sink_id="ops", batch_id=0,
+          path=instance.config.wal_path)
+    assert committer.apply(0).quarantined == 2
+    instance.close()
+    r = cli(config_path, "inspect", "--quarantine")
+    assert r.returncode == 0, r.stderr
+    assert "showing 2" in r.stdout and "far-too-long" in r.stdout
+    assert "MySQL error 1406" in r.stdout and "null key column(s): k" in r.stdout
+    r = cli(config_path, "status", "--json")
+    assert json.loads(r.stdout)["rows_quarantined"] == 2
+    assert cli(config_path, "inspect").returncode == 2

@@ -8,10 +8,11 @@ import threading
 import time
 from dataclasses import replace
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
-from wal_sink import TransientError
+from wal_sink import TerminalError, TransientError
 from wal_sink.committer import Committer
 from wal_sink.db import make_engine
 from wal_sink.instance import SinkInstance
@@ -202,3 +203,105 @@ def test_transient_errors_beyond_the_limit_fail_the_batch(spark, db, target, mak
                           WalReader(unreachable.wal_path), epoch=1)
     with pytest.raises(TransientError, match="MySQL error 2003"):
         committer.apply(0)
+
+
+@pytest.mark.parametrize("ddl, config_kw, message", [
+    ("CREATE TABLE pf (k VARCHAR(8), amount INT) ENGINE=InnoDB", {},
+     "mysql.key \\(k\\) is not the PRIMARY KEY or a UNIQUE key of table 'pf'"),
+    ("CREATE TABLE pf (id INT PRIMARY KEY, k VARCHAR(8), amount INT, UNIQUE KEY u (k, amount))"
+     " ENGINE=InnoDB", {}, "its keys: PRIMARY\\(id\\); u\\(k, amount\\)"),
+    ("CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY, amount VARCHAR(8)) ENGINE=InnoDB",
+     {"merge": {"amount": "add"}}, "'add' but column 'amount'.*not numeric"),
+    ("CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY) ENGINE=InnoDB",
+     {"merge": {"amount": "add"}}, "mysql.merge: column 'amount' does not exist"),
+    ("CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY, v VARCHAR(8)) ENGINE=InnoDB",
+     {"version_column": "v"}, "use a number or a date/time"),
+    ("CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY) ENGINE=MyISAM", {}, "must be InnoDB"),
+    (None, {}, "target table does not exist"),
+])
+def test_preflight_refuses_a_wrong_target_with_one_line(db, make_config, ddl, config_kw,
+                                                        message):
+    db.execute("DROP TABLE IF EXISTS pf")
+    if ddl:
+        db.execute(ddl)
+    with pytest.raises(TerminalError, match=message) as info:
+        SinkInstance(make_config(table="pf", **config_kw)).start()
+    assert "\n" not in str(info.value)
+
+
+def test_preflight_warns_when_commits_are_not_durable(db, mariadb, make_config, caplog):
+    db.execute("DROP TABLE IF EXISTS pf")
+    db.execute("CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY) ENGINE=InnoDB")
+    with mariadb.root() as root, root.cursor() as cur:
+        cur.execute("SET GLOBAL innodb_flush_log_at_trx_commit = 2")
+    try:
+        SinkInstance(make_config(table="pf")).start()
+    finally:
+        with mariadb.root() as root, root.cursor() as cur:
+            cur.execute("SET GLOBAL innodb_flush_log_at_trx_commit = 1")
+    assert "innodb_flush_log_at_trx_commit is 2" in caplog.text
+
+
+def test_sink_works_with_least_privilege_grants(spark, db, mariadb, make_config):
+    """sql/grants.sql, applied to this database: a whole batch goes through."""
+    from devtools.mariadb import SINK_PASSWORD
+    from wal_sink.schema import init_db
+
+    for t in ("kpxxb_hzb", "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.run_sql_file("demo_kpxxb_hzb.sql")
+    db.run_sql_file("wal_sink_tables.sql")
+    db.run_sql_file("grants.sql", {"shop.": f"{db.name}.", "change-me": SINK_PASSWORD,
+                                   "'sink'@'%'": "'minimal'@'127.0.0.1'"})
+    config = make_config(table="kpxxb_hzb", key=["swjg_dm", "fpzt"],
+                         merge={"hjje": "add", "fs": "add"})
+    config = replace(config, mysql=replace(config.mysql, url=db.url.replace("sink@", "minimal@")))
+    instance = SinkInstance(config)
+    committer = instance.start()
+    stage(spark.createDataFrame([("11101", "0", Decimal("9.50"), 2)],
+                                "swjg_dm STRING, fpzt STRING, hjje DECIMAL(20,2), fs BIGINT"),
+          sink_id="s1", batch_id=0, path=config.wal_path)
+    assert committer.apply(0).rows == 1
+    assert committer.apply(0, force=True).rows == 1
+    assert db.rows("SELECT hjje, fs FROM kpxxb_hzb") == [(Decimal("19.00"), 4)]
+    init_db(instance.engine, config.mysql)  # finds the tables, needs no CREATE grant
+
+
+def test_password_never_in_logs_errors_or_status(spark, db, target, make_config, caplog,
+                                                 tmp_path):
+    import logging
+    import os
+    import subprocess
+    import sys
+
+    from devtools.mariadb import SINK_PASSWORD
+
+    config = make_config(table="acct")
+    caplog.set_level(logging.DEBUG)
+    staged(spark, config, amounts(2))[1].apply(0)
+    toml = tmp_path / "s.toml"
+    toml.write_text(f'[sink]\nid = "s1"\n[wal]\npath = "{config.wal_path}"\n'
+                    f'[mysql]\nurl = "{db.url}"\ntable = "acct"\nkey = ["k"]\n')
+    wal_sink = str(Path(sys.executable).with_name("wal-sink"))
+    outputs = [subprocess.run([wal_sink, "-v", "-c", str(toml), *args], capture_output=True,
+                              text=True, env=os.environ) for args in
+               (["status", "--json"], ["status"], ["recover"], ["inspect", "0"])]
+    assert all(o.returncode == 0 for o in outputs), [o.stderr for o in outputs]
+    bad = replace(config, mysql=replace(config.mysql, table="no_such_table"))
+    with pytest.raises(TerminalError) as info:
+        SinkInstance(bad).start()
+    seen = caplog.text + str(info.value) + "".join(o.stdout + o.stderr for o in outputs)
+    assert SINK_PASSWORD not in seen
+    assert repr(SinkInstance(config).engine.url).count("***") == 1
+
+
+def test_tls_options_reach_the_driver(db, target, make_config, tmp_path):
+    from wal_sink.db import make_engine
+
+    config = make_config(table="acct")
+    missing_ca = tmp_path / "no-such-ca.pem"
+    engine = make_engine(replace(config.mysql, tls={"ssl_ca": str(missing_ca)}))
+    with pytest.raises(FileNotFoundError):  # PyMySQL loads the CA before connecting
+        engine.connect()
+    with make_engine(config.mysql).connect():  # the same URL connects without it
+        pass

@@ -1,0 +1,15 @@
+-- Least privilege for the sink's MySQL user. Replace `shop` with the target database,
+-- `sink`@`%` with your user and host. Nothing here grants DDL: a DBA creates the
+-- target table and the sink's tables (sql/wal_sink_tables.sql) beforehand, and
+-- `wal-sink init-db` then finds them and creates nothing.
+--
+-- The sink reads and upserts (and, with [cdc], deletes) target rows; it inserts and
+-- completes ack rows, replaces them on a forced replay, and updates its lease row.
+-- Reflection and preflight read information_schema, which shows the user its own
+-- tables without further grants. tests/integration/test_faults.py runs a batch
+-- with exactly these grants.
+
+CREATE USER IF NOT EXISTS 'sink'@'%' IDENTIFIED BY 'change-me';
+GRANT SELECT, INSERT, UPDATE, DELETE ON shop.kpxxb_hzb TO 'sink'@'%';
+GRANT SELECT, INSERT, UPDATE, DELETE ON shop.wal_sink_ack TO 'sink'@'%';
+GRANT SELECT, INSERT, UPDATE ON shop.wal_sink_lease TO 'sink'@'%';

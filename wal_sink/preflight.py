@@ -1,0 +1,78 @@
+"""Checks run before the first batch, so a wrong table or server setting is one clear
+line at start instead of a failure in the middle of a stream (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import Connection, Engine, Table, inspect, text
+from sqlalchemy.types import Date, DateTime, Integer, Numeric, Time
+
+from wal_sink.config import Config
+from wal_sink.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def preflight(engine: Engine, config: Config, target: Table) -> list[str]:
+    """Raise ConfigError for the first problem; return warnings worth logging."""
+    with engine.connect() as conn:
+        _check_key(conn, config, target)
+        _check_columns(config, target)
+        _check_strict(conn)
+        warnings = _durability_warnings(conn)
+    for warning in warnings:
+        log.warning("%s", warning)
+    return warnings
+
+
+def _check_key(conn: Connection, config: Config, target: Table) -> None:
+    inspector = inspect(conn)
+    wanted = set(config.mysql.key)
+    keys = {"PRIMARY": inspector.get_pk_constraint(target.name)["constrained_columns"]}
+    for index in inspector.get_indexes(target.name):
+        if index.get("unique"):
+            keys[index["name"]] = index["column_names"]
+    if not any(set(cols) == wanted for cols in keys.values()):
+        found = "; ".join(f"{n}({', '.join(c)})" for n, c in keys.items() if c) or "none"
+        raise ConfigError(
+            f"mysql.key ({', '.join(config.mysql.key)}) is not the PRIMARY KEY or a "
+            f"UNIQUE key of table {target.name!r} (its keys: {found}); an upsert needs one")
+
+
+def _check_columns(config: Config, target: Table) -> None:
+    mysql = config.mysql
+    named = {"mysql.key": list(mysql.key), "mysql.merge": list(mysql.merge)}
+    if mysql.version_column:
+        named["mysql.version_column"] = [mysql.version_column]
+    for where, columns in named.items():
+        for column in columns:
+            if column not in target.c:
+                raise ConfigError(f"{where}: column {column!r} does not exist in "
+                                  f"table {target.name!r}")
+    for column, policy in mysql.merge.items():
+        if policy == "add" and not isinstance(target.c[column].type, (Integer, Numeric)):
+            raise ConfigError(f"mysql.merge.{column} is 'add' but column {column!r} of "
+                              f"{target.name!r} is {target.c[column].type}, not numeric")
+    if mysql.version_column:
+        kind = target.c[mysql.version_column].type
+        if not isinstance(kind, (Integer, Numeric, DateTime, Date, Time)):
+            raise ConfigError(f"mysql.version_column {mysql.version_column!r} is {kind}; "
+                              "use a number or a date/time so versions compare in order")
+
+
+def _check_strict(conn: Connection) -> None:
+    mode = conn.execute(text("SELECT @@SESSION.sql_mode")).scalar_one() or ""
+    if "STRICT_ALL_TABLES" not in mode and "STRICT_TRANS_TABLES" not in mode:
+        raise ConfigError(
+            f"the MySQL session is not in strict SQL mode (sql_mode={mode!r}); bad values "
+            "would be silently truncated. Allow the sink to set sql_mode")
+
+
+def _durability_warnings(conn: Connection) -> list[str]:
+    flush = conn.execute(text("SELECT @@GLOBAL.innodb_flush_log_at_trx_commit")).scalar_one()
+    if str(flush) != "1":
+        return [f"innodb_flush_log_at_trx_commit is {flush}, not 1: a server crash can "
+                "lose the last second of committed batches together with their acks; "
+                "recovery re-applies them from the WAL only while they are not purged"]
+    return []
