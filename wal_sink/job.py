@@ -1,7 +1,8 @@
 """The streaming job: source -> transform -> WalSink, restarted by a strategy.
 
 Each attempt takes the lease, checks the checkpoint and applies unacked batches
-(recovery) before the query starts from its checkpoint. SIGTERM stops the query after
+(recovery) before the query starts from its checkpoint. For parsed sources (kafka,
+json, csv) a second query beside it sends unparseable records to the quarantine. SIGTERM stops the query after
 the batch in progress. Exit codes: 0 done (drained, or stopped), 1 failed (the
 restart strategy gave up, or a terminal error), 2 configuration error.
 """
@@ -12,23 +13,28 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from wal_sink.checkpoint import batch_timestamp_ms
+from wal_sink.checkpoint import batch_timestamp_ms, last_planned_batch
 from wal_sink.config import Config
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, TerminalError
+from wal_sink.quarantine import Entry, Quarantine
+from wal_sink.recovery import check_checkpoint
 from wal_sink.restart import RestartPolicy
 from wal_sink.sink import WalSink
-from wal_sink.source import streaming_frame
+from wal_sink.source import CORRUPT_COLUMN, corrupt_records, read_source, streaming_frame
 from wal_sink.spark_session import require_delta
 
 log = logging.getLogger("wal_sink.job")
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+PARSE_STREAM = "parse"
+PARSE_CHECKPOINT_SUFFIX = "_parse_errors"
 
 
 class StopRequested(Exception):
@@ -108,21 +114,60 @@ class BatchRunner:
                  "" if r.applied else " (already applied)")
 
 
-def start_query(spark: SparkSession, config: Config, runner: BatchRunner,
-                available_now: bool) -> StreamingQuery:
-    job = config.job
+class ParseErrorRunner:
+    """foreachBatch of the parse-error stream: raw records into the quarantine.
+
+    Only records Spark could not parse reach it, so collecting them is bounded by the
+    garbage in the source, not by the batch size.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.quarantine = Quarantine(config.quarantine_path, config.sink.id,
+                                     stream=PARSE_STREAM)
+        self.reason = (f"could not parse as {config.source.format} with source.schema "
+                       "(parse-error stream batch {batch})")
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        entries = [Entry({"raw": row[0]}, self.reason.format(batch=batch_id))
+                   for row in df.select(CORRUPT_COLUMN).collect()]
+        self.quarantine.record(batch_id, entries)
+        if entries:
+            log.warning("%d unparseable record(s) quarantined in %s", len(entries),
+                        self.quarantine.path)
+
+
+def start_query(df: DataFrame, name: str, run: Callable[[DataFrame, int], None],
+                checkpoint: str, config: Config, available_now: bool,
+                output_mode: str) -> StreamingQuery:
     writer = (
-        streaming_frame(spark, config).writeStream
-        .queryName(f"wal_sink_{config.sink.id}".replace("-", "_").replace(".", "_"))
-        .outputMode(job.output_mode)
-        .foreachBatch(runner)
-        .option("checkpointLocation", runner.checkpoint)
+        df.writeStream.queryName(name).outputMode(output_mode).foreachBatch(run)
+        .option("checkpointLocation", checkpoint)
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=f"{parse_duration(job.trigger)} seconds")
+        writer = writer.trigger(
+            processingTime=f"{parse_duration(config.job.trigger)} seconds")
     return writer.start()
+
+
+def start_queries(spark: SparkSession, config: Config, runner: BatchRunner,
+                  available_now: bool) -> list[StreamingQuery]:
+    """The sink's query and, for parsed formats, the parse-error query beside it."""
+    name = f"wal_sink_{config.sink.id}".replace("-", "_").replace(".", "_")
+    source = read_source(spark, config)
+    queries = [start_query(streaming_frame(spark, config, source), name, runner,
+                           runner.checkpoint, config, available_now,
+                           config.job.output_mode)]
+    corrupt = corrupt_records(source)
+    if corrupt is not None:
+        checkpoint = runner.checkpoint.rstrip("/") + PARSE_CHECKPOINT_SUFFIX
+        side = ParseErrorRunner(config)
+        check_checkpoint(config.sink.id, checkpoint, last_planned_batch(spark, checkpoint),
+                         side.quarantine.recorded_version())
+        queries.append(start_query(corrupt, f"{name}_parse_errors", side, checkpoint,
+                                   config, available_now, "append"))
+    return queries
 
 
 def run_job(config: Config, *, available_now: bool,
@@ -141,16 +186,21 @@ def run_job(config: Config, *, available_now: bool,
     while True:
         sink = WalSink(config)
         runner = BatchRunner(spark, sink, stop, checkpoint)
+        queries: list[StreamingQuery] = []
         try:
             recovered = sink.recover(spark, checkpoint)
             if recovered:
                 log.info("recovered %d batch(es) before starting: %s", len(recovered),
                          [r.batch_id for r in recovered])
-            query = start_query(spark, config, runner, available_now)
-            while not query.awaitTermination(0.5):
+            queries = start_queries(spark, config, runner, available_now)
+            while any(q.isActive for q in queries):
+                for query in queries:
+                    query.awaitTermination(0.25)  # raises if the query failed
                 if stop.requested and not stop.stopping:
                     log.info("SIGTERM: stopping after the current batch")
-                    stop.stop_between_batches(query)
+                    stop.stop_between_batches(queries[0])
+                    for query in queries[1:]:
+                        query.stop()
             log.info("query finished: %s", "stopped" if stop.requested else "drained")
             return EXIT_OK
         except ConfigError as e:
@@ -178,6 +228,9 @@ def run_job(config: Config, *, available_now: bool,
             if stop.requested:
                 return EXIT_OK
         finally:
+            for query in queries:
+                if query.isActive:
+                    query.stop()
             sink.close()
 
 

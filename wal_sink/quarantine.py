@@ -48,9 +48,14 @@ def record_json(record: dict[str, Any]) -> str:
 
 
 class Quarantine:
-    def __init__(self, path: str, sink_id: str) -> None:
+    """Entries of one sink; ``stream`` names a second writer of the same sink (the
+    parse-error stream), whose batch ids are its own: each gets its own Delta app id
+    (``sink_id:stream``; ':' cannot occur in a sink id)."""
+
+    def __init__(self, path: str, sink_id: str, stream: str | None = None) -> None:
         self.path = path
         self.sink_id = sink_id
+        self.app_id = f"{sink_id}:{stream}" if stream else sink_id
 
     def _table(self) -> DeltaTable | None:
         try:
@@ -58,12 +63,16 @@ class Quarantine:
         except TableNotFoundError:
             return None
 
+    def recorded_version(self) -> int | None:
+        """Highest batch id this writer recorded entries for, if any."""
+        table = self._table()
+        return table.transaction_version(self.app_id) if table is not None else None
+
     def record(self, batch_id: int, entries: list[Entry]) -> None:
         """Append the batch's entries unless this batch already recorded some."""
         if not entries:
             return
-        table = self._table()
-        recorded = table.transaction_version(self.sink_id) if table is not None else None
+        recorded = self.recorded_version()
         if recorded is not None and recorded >= batch_id:
             return
         now = datetime.now(timezone.utc)
@@ -77,7 +86,7 @@ class Quarantine:
         write_deltalake(
             self.path, data, mode="append",
             commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=self.sink_id, version=batch_id)]),
+                app_transactions=[Transaction(app_id=self.app_id, version=batch_id)]),
         )
 
     def read(self, limit: int, batch_id: int | None = None) -> list[dict[str, Any]]:

@@ -1,8 +1,11 @@
-"""The streaming DataFrame a job feeds to the sink: [source] read, then [transform].
+"""The streaming DataFrames a job runs: [source] read, then [transform].
 
 Kafka values are parsed as JSON with the configured schema; file formats use it as
-their schema; reader options pass through unchanged. The transform is Spark SQL over
-the temporary view ``source``, with an optional event-time watermark set first.
+their schema; reader options pass through unchanged. Records Spark cannot parse
+(malformed, or a value of the wrong type) are not turned into rows of NULLs that an
+upsert would write over good values: PERMISSIVE parsing keeps their raw text in
+``_wal_corrupt``, and they leave the main stream for the quarantine. The transform is
+Spark SQL over the temporary view ``source``, with an optional watermark set first.
 """
 
 from __future__ import annotations
@@ -14,28 +17,47 @@ from wal_sink.config import Config
 from wal_sink.errors import ConfigError
 
 SOURCE_VIEW = "source"
+CORRUPT_COLUMN = "_wal_corrupt"
+PARSED_FORMATS = ("kafka", "json", "csv")
+PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
 
 
 def read_source(spark: SparkSession, config: Config) -> DataFrame:
+    """The source as rows; parsed formats carry ``_wal_corrupt`` (raw text or NULL)."""
     src = config.source
     if src is None:
         raise ConfigError("config section [source] is missing; the job needs it")
     reader = spark.readStream.options(**{k: str(v) for k, v in src.options.items()})
+    schema = f"{src.schema}, {CORRUPT_COLUMN} STRING" if src.format in PARSED_FORMATS \
+        else src.schema
     if src.format == "kafka":
         raw = reader.format("kafka").load()
-        parsed = F.from_json(F.col("value").cast("string"), src.schema)
+        parsed = F.from_json(F.col("value").cast("string"), schema, PERMISSIVE)
         return raw.select(parsed.alias("_value")).select("_value.*")
     if src.format == "rate":
         return reader.format("rate").load()
     reader = reader.format(src.format)
-    if src.schema:
-        reader = reader.schema(src.schema)
+    if src.format in PARSED_FORMATS:
+        reader = reader.options(**PERMISSIVE)  # after the user's: nothing is dropped
+    if schema:
+        reader = reader.schema(schema)
     return reader.load(config.resolve(src.path))
 
 
-def streaming_frame(spark: SparkSession, config: Config) -> DataFrame:
-    """Source plus transform: the rows each micro-batch hands to the sink."""
-    df = read_source(spark, config)
+def corrupt_records(source: DataFrame) -> DataFrame | None:
+    """Records that could not be parsed (raw text in ``_wal_corrupt``), or None for
+    other formats. All columns are kept: Spark refuses queries over raw JSON/CSV that
+    read the corrupt-record column alone."""
+    if CORRUPT_COLUMN not in source.columns:
+        return None
+    return source.where(F.col(CORRUPT_COLUMN).isNotNull())
+
+
+def streaming_frame(spark: SparkSession, config: Config, source: DataFrame) -> DataFrame:
+    """Parsed source rows plus transform: what each micro-batch hands to the sink."""
+    df = source
+    if CORRUPT_COLUMN in df.columns:
+        df = df.where(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN)
     transform = config.transform
     if transform is None:
         return df

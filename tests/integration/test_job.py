@@ -163,10 +163,15 @@ schema = "k STRING, amount DECIMAL(12,2)"
 options = {{ "kafka.bootstrap.servers" = "{kafka.bootstrap}", subscribe = "payments", startingOffsets = "earliest", maxOffsetsPerTrigger = 150 }}""",
                           table="kafka_totals")
     expected: dict[str, Decimal] = {}
+    garbage: list[str] = []
 
     def produce() -> None:
         producer = kafka.producer()
-        for _ in range(900):
+        for i in range(900):
+            if i % 100 == 50:  # unparseable: must reach the quarantine, once
+                garbage.append(f"garbage #{i} {{")
+                producer.send("payments", garbage[-1].encode())
+                continue
             k, amount = f"k{rng.randrange(6)}", Decimal(rng.randrange(1, 10_000)) / 100
             producer.send("payments", json.dumps({"k": k, "amount": str(amount)}).encode())
             expected[k] = expected.get(k, Decimal(0)) + amount
@@ -182,6 +187,28 @@ options = {{ "kafka.bootstrap.servers" = "{kafka.bootstrap}", subscribe = "payme
     drain = JobProcess(config, log, "--available-now")
     assert drain.wait() == 0, drain.tail()
     assert totals(db, "kafka_totals") == expected
+    assert sorted(quarantined_raw(tmp_path, "kafka")) == sorted(garbage)
+
+
+def quarantined_raw(tmp_path: Path, sink_id: str) -> list[str]:
+    from wal_sink.quarantine import Quarantine
+
+    entries = Quarantine(str(tmp_path / "wal_quarantine"), sink_id).read(10_000)
+    return [json.loads(e["record"])["raw"] for e in entries]
+
+
+def test_unparseable_records_are_quarantined_once_not_applied(db, tmp_path):
+    fresh_table(db, "parsed")
+    config = landing_config(db, tmp_path, "parsed")
+    bad_lines = ['{"k": "a", "amount": "lots"}', "not json at all", '{"k": "b", "amount": ']
+    with open(tmp_path / "landing" / "f1.json", "a") as f:
+        f.write("\n".join(bad_lines) + "\n")
+    for _ in range(2):  # a second run finds nothing new and records nothing twice
+        job = JobProcess(config, tmp_path / "job.log", "--available-now")
+        assert job.wait() == 0, job.tail()
+    assert totals(db, "parsed") == {"a": Decimal("3.00")}, "no NULLs written over values"
+    assert sorted(quarantined_raw(tmp_path, "parsed")) == sorted(bad_lines)
+    assert "unparseable record(s) quarantined" in job.log.read_text()
 
 
 def landing_config(db, tmp_path: Path, name: str, extra: str = "") -> Path:
