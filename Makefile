@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MVN := mvn -q -B -s .mvn/settings.xml
 
-.PHONY: setup venv jars mariadb test test-unit demo clean
+.PHONY: setup venv jars mariadb test test-unit demo bench clean
 
 setup: venv jars mariadb
 
@@ -42,6 +42,12 @@ test: setup
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
+
+# Benchmarks print ratios against a baseline measured in the same run (bench/).
+bench: setup
+	$(PY) -m bench.commit_ratio
+	$(PY) -m bench.staging_ratio
+	$(PY) -m bench.status_latency
 
 clean:
 	rm -rf $(VENV) .jars var .pytest_cache

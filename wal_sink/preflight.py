@@ -6,7 +6,10 @@ from __future__ import annotations
 import logging
 
 from sqlalchemy import Connection, Engine, Table, inspect, text
-from sqlalchemy.types import Date, DateTime, Integer, Numeric, Time
+from sqlalchemy.types import Date, DateTime, Float, Integer, Numeric, Time
+
+# SQLAlchemy 2.1's Float is not a Numeric subclass: name both.
+NUMBERS = (Integer, Numeric, Float)
 
 from wal_sink.config import Config
 from wal_sink.errors import ConfigError
@@ -51,12 +54,12 @@ def _check_columns(config: Config, target: Table) -> None:
                 raise ConfigError(f"{where}: column {column!r} does not exist in "
                                   f"table {target.name!r}")
     for column, policy in mysql.merge.items():
-        if policy == "add" and not isinstance(target.c[column].type, (Integer, Numeric)):
+        if policy == "add" and not isinstance(target.c[column].type, NUMBERS):
             raise ConfigError(f"mysql.merge.{column} is 'add' but column {column!r} of "
                               f"{target.name!r} is {target.c[column].type}, not numeric")
     if mysql.version_column:
         kind = target.c[mysql.version_column].type
-        if not isinstance(kind, (Integer, Numeric, DateTime, Date, Time)):
+        if not isinstance(kind, (*NUMBERS, DateTime, Date, Time)):
             raise ConfigError(f"mysql.version_column {mysql.version_column!r} is {kind}; "
                               "use a number or a date/time so versions compare in order")
 

@@ -305,3 +305,11 @@ def test_tls_options_reach_the_driver(db, target, make_config, tmp_path):
         engine.connect()
     with make_engine(config.mysql).connect():  # the same URL connects without it
         pass
+
+
+def test_preflight_accepts_every_numeric_type_for_add(db, make_config):
+    db.execute("DROP TABLE IF EXISTS pf")
+    db.execute("CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY, a DOUBLE, b FLOAT, c DECIMAL(9,2),"
+               " d TINYINT, v DATETIME(6)) ENGINE=InnoDB")
+    merge = {c: "add" for c in "abcd"}
+    assert SinkInstance(make_config(table="pf", merge=merge, version_column="v")).start()

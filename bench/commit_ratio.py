@@ -1,0 +1,62 @@
+"""Commit ratio: rows/s of the sink's committer applying a staged batch (upserts and
+ack, one transaction) vs. the server's own set-based upsert of the same rows
+(INSERT … SELECT … ON DUPLICATE KEY UPDATE from an identical table). Goal >= 0.7.
+
+Usage: python -m bench.commit_ratio [ROWS]
+Runs alternate (sink, server, sink, server, …) and the medians are compared.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from bench.common import Bench, ratio_line, seconds, spark_session
+from wal_sink.instance import SinkInstance
+from wal_sink.staging import stage
+
+TABLE = ("(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(14,2), label VARCHAR(32), "
+         "seq BIGINT) ENGINE=InnoDB")
+
+
+def main(rows: int = 200_000, repeat: int = 3) -> None:
+    with Bench("commit") as bench:
+        spark = spark_session()
+        bench.sql(f"CREATE TABLE target {TABLE}", f"CREATE TABLE server_target {TABLE}",
+                  f"CREATE TABLE source {TABLE}")
+        df = spark.range(rows).selectExpr(
+            "concat('key-', id % 50000) AS k", "cast(id % 1000 AS decimal(12,2)) AS amount",
+            "concat('label-', id) AS label", "id AS seq")
+        config = bench.config("target", version_column="seq")
+        instance = SinkInstance(config)
+        committer = instance.start()
+        stage(df, sink_id="bench", batch_id=0, path=config.wal_path)
+        df.write.format("jdbc").options(
+            url=f"jdbc:mysql://127.0.0.1:{bench.mariadb.port}/bench?permitMysqlScheme",
+            dbtable="source", user="sink", password=os.environ["WAL_SINK_MYSQL_PASSWORD"],
+            driver="org.mariadb.jdbc.Driver").mode("append").save()
+        server_sql = (
+            "INSERT INTO server_target (k, amount, label, seq) "
+            "SELECT k, amount, label, seq FROM source ORDER BY seq "
+            "ON DUPLICATE KEY UPDATE amount = COALESCE(server_target.amount, 0) + "
+            "COALESCE(VALUES(amount), 0), label = IF(server_target.seq IS NULL OR "
+            "VALUES(seq) >= server_target.seq, VALUES(label), server_target.label), "
+            "seq = IF(server_target.seq IS NULL OR VALUES(seq) >= server_target.seq, "
+            "VALUES(seq), server_target.seq)")
+        sink, server = [], []
+        for _ in range(repeat):
+            bench.sql("TRUNCATE target", "DELETE FROM wal_sink_ack")
+            sink.append(rows / seconds(lambda: committer.apply(0)))
+            bench.sql("TRUNCATE server_target")
+            server.append(rows / seconds(lambda: bench.sql(server_sql, "COMMIT")))
+        assert bench.sql("CHECKSUM TABLE target")[0][1] == \
+            bench.sql("CHECKSUM TABLE server_target")[0][1], "results differ"
+        print(f"rows: {rows}; sink committer {[f'{r:,.0f}' for r in sink]} rows/s; "
+              f"server INSERT…SELECT {[f'{r:,.0f}' for r in server]} rows/s")
+        print(ratio_line("commit ratio", sink, server, ">= 0.7"))
+        instance.close()
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:2]))

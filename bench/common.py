@@ -1,0 +1,73 @@
+"""Shared set-up for benchmarks: a private MariaDB, a local Spark, a sink config.
+
+Benchmarks report ratios against a baseline measured in the same run: absolute
+numbers drift on shared machines, ratios much less.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from devtools.mariadb import SINK_PASSWORD, MariaDB
+from wal_sink.config import Config, config_from_dict
+
+
+class Bench:
+    def __init__(self, name: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix=f"wal-sink-bench-{name}-"))
+        self.mariadb = MariaDB(self.dir / "mariadb")
+
+    def __enter__(self) -> Bench:
+        self.mariadb.start()
+        self.mariadb.create_database("bench")
+        os.environ["WAL_SINK_MYSQL_PASSWORD"] = SINK_PASSWORD
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.mariadb.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def sql(self, *statements: str) -> list[tuple]:
+        with self.mariadb.root("bench") as conn, conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+            return list(cur.fetchall())
+
+    def config(self, table: str, **mysql: object) -> Config:
+        return config_from_dict({
+            "sink": {"id": "bench"},
+            "wal": {"path": str(self.dir / "wal")},
+            "mysql": {"url": self.mariadb.sink_url("bench"), "table": table,
+                      "key": ["k"], "merge": {"amount": "add"}, **mysql},
+        })
+
+
+def spark_session():
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("wal_sink bench")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.databricks.delta.snapshotPartitions", "2")
+             .config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def seconds(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def ratio_line(name: str, ours: list[float], baseline: list[float], goal: str) -> str:
+    """Ratio of medians of per-run rates (ours / baseline, higher is better)."""
+    return (f"{name}: {statistics.median(ours) / statistics.median(baseline):.2f} "
+            f"(goal {goal}; {len(ours)} alternating runs)")
