@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -27,9 +27,10 @@ from wal_sink.config import Config, load_config
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, WalSinkError
 from wal_sink.exit import exit_now
-from wal_sink.instance import SinkInstance
 from wal_sink.mysql_errors import error_code
-from wal_sink.schema import init_db
+
+if TYPE_CHECKING:
+    from wal_sink.instance import SinkInstance
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -78,6 +79,9 @@ def main(ctx: click.Context, config_path: str, verbose: bool) -> None:
 
 @contextmanager
 def _instance(ctx: click.Context) -> Iterator[SinkInstance]:
+    # Imported here: delta-rs and pyarrow are not needed for --help or usage errors.
+    from wal_sink.instance import SinkInstance
+
     config: Config = load_config(ctx.obj)
     instance = SinkInstance(config)
     try:
@@ -94,6 +98,8 @@ def init_db_command(ctx: click.Context) -> None:
 
     Example: wal-sink -c conf/local.toml init-db
     """
+    from wal_sink.schema import init_db
+
     with _instance(ctx) as sink:
         init_db(sink.engine, sink.config.mysql)
         out.print(f"tables {sink.ack.name} and {sink.lease.name} are ready")
