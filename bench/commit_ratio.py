@@ -3,15 +3,19 @@ ack, one transaction) vs. the server's own set-based upsert of the same rows
 (INSERT … SELECT … ON DUPLICATE KEY UPDATE from an identical table). Goal >= 0.7.
 
 Usage: python -m bench.commit_ratio [ROWS]
-Runs alternate (sink, server, sink, server, …) and the medians are compared.
+Runs alternate (row path, LOAD DATA path, server, …) and the medians are compared.
+The row path sends multi-row INSERTs (the default); the LOAD DATA path is
+``mysql.local_infile = true``.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 
 from bench.common import Bench, ratio_line, seconds, spark_session
+from wal_sink.config import SinkConfig
 from wal_sink.instance import SinkInstance
 from wal_sink.staging import stage
 
@@ -22,8 +26,10 @@ TABLE = ("(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(14,2), label VARCHAR(32), "
 def main(rows: int = 200_000, repeat: int = 3) -> None:
     with Bench("commit") as bench:
         spark = spark_session()
-        bench.sql(f"CREATE TABLE target {TABLE}", f"CREATE TABLE server_target {TABLE}",
-                  f"CREATE TABLE source {TABLE}")
+        bench.sql(f"CREATE TABLE target {TABLE}", f"CREATE TABLE fast_target {TABLE}",
+                  f"CREATE TABLE server_target {TABLE}",
+                  # the same rows, repeated keys included: no key on the source
+                  f"CREATE TABLE source {TABLE.replace(' PRIMARY KEY', '')}")
         df = spark.range(rows).selectExpr(
             "concat('key-', id % 50000) AS k", "cast(id % 1000 AS decimal(12,2)) AS amount",
             "concat('label-', id) AS label", "id AS seq")
@@ -31,6 +37,10 @@ def main(rows: int = 200_000, repeat: int = 3) -> None:
         instance = SinkInstance(config)
         committer = instance.start()
         stage(df, sink_id="bench", batch_id=0, path=config.wal_path)
+        fast_config = replace(config, sink=SinkConfig("bench_fast"), mysql=replace(
+            config.mysql, table="fast_target", local_infile=True))
+        fast_instance = SinkInstance(fast_config)
+        fast = fast_instance.start()
         df.write.format("jdbc").options(
             url=f"jdbc:mysql://127.0.0.1:{bench.mariadb.port}/bench?permitMysqlScheme",
             dbtable="source", user="sink", password=os.environ["WAL_SINK_MYSQL_PASSWORD"],
@@ -43,18 +53,24 @@ def main(rows: int = 200_000, repeat: int = 3) -> None:
             "VALUES(seq) >= server_target.seq, VALUES(label), server_target.label), "
             "seq = IF(server_target.seq IS NULL OR VALUES(seq) >= server_target.seq, "
             "VALUES(seq), server_target.seq)")
-        sink, server = [], []
+        sink, loaded, server = [], [], []
         for _ in range(repeat):
             bench.sql("TRUNCATE target", "DELETE FROM wal_sink_ack")
             sink.append(rows / seconds(lambda: committer.apply(0)))
+            bench.sql("TRUNCATE fast_target", "DELETE FROM wal_sink_ack")
+            loaded.append(rows / seconds(lambda: fast.apply(0)))
             bench.sql("TRUNCATE server_target")
             server.append(rows / seconds(lambda: bench.sql(server_sql, "COMMIT")))
-        assert bench.sql("CHECKSUM TABLE target")[0][1] == \
-            bench.sql("CHECKSUM TABLE server_target")[0][1], "results differ"
-        print(f"rows: {rows}; sink committer {[f'{r:,.0f}' for r in sink]} rows/s; "
+        checksums = {t: bench.sql(f"CHECKSUM TABLE {t}")[0][1]
+                     for t in ("target", "fast_target", "server_target")}
+        assert len(set(checksums.values())) == 1, f"results differ: {checksums}"
+        print(f"rows: {rows}; row path {[f'{r:,.0f}' for r in sink]} rows/s; "
+              f"LOAD DATA path {[f'{r:,.0f}' for r in loaded]} rows/s; "
               f"server INSERT…SELECT {[f'{r:,.0f}' for r in server]} rows/s")
-        print(ratio_line("commit ratio", sink, server, ">= 0.7"))
+        print(ratio_line("commit ratio, row path", sink, server, ">= 0.7"))
+        print(ratio_line("commit ratio, LOAD DATA path", loaded, server, ">= 0.7"))
         instance.close()
+        fast_instance.close()
         spark.stop()
 
 

@@ -40,6 +40,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchTableError
 
 from wal_sink import faults
+from wal_sink.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
 from wal_sink.config import Config
 from wal_sink.errors import TerminalError, TransientError
 from wal_sink.lease import check as check_lease
@@ -83,6 +84,7 @@ class Committer:
         self.ack, self.lease = sink_tables(config.mysql)
         self.quarantine = Quarantine(config.quarantine_path, config.sink.id)
         self._target: Table | None = None
+        self._bulk_load_allowed = True
 
     @property
     def sink_id(self) -> str:
@@ -216,7 +218,7 @@ class Committer:
         if batch is None:
             return 0, 0, []
         mysql, cdc = self.config.mysql, self.config.cdc
-        upsert = None
+        upsert = loader = None
         remove = build_delete(target, mysql) if cdc else None
         rows = deleted = done = 0
         bad: list[Entry] = []
@@ -224,6 +226,16 @@ class Committer:
             if upsert is None:
                 columns = [c for c in chunk.schema.names if not cdc or c != cdc.op_column]
                 upsert = build_upsert(target, columns, mysql)
+                if mysql.local_infile and not cdc and BulkLoader.supports(conn, chunk.schema):
+                    loader = BulkLoader(target, columns, mysql, self.sink_id)
+            if loader is not None and self._bulk_load_allowed:
+                applied = self._bulk_load(conn, loader, chunk)
+                if applied is not None:
+                    rows += applied
+                    done += chunk.num_rows
+                    if on_chunk is not None:
+                        on_chunk(done, batch.rows)
+                    continue
             for is_delete, run in _runs(chunk, cdc.op_column if cdc else None,
                                         cdc.delete_values if cdc else ()):
                 run = _drop_null_keys(run, mysql.key, bad)
@@ -236,6 +248,32 @@ class Committer:
             if on_chunk is not None:
                 on_chunk(done, batch.rows)
         return rows, deleted, bad
+
+    def _bulk_load(self, conn: Connection, loader: BulkLoader,
+                   chunk: pa.RecordBatch) -> int | None:
+        """Apply a chunk set-based; None means: use the row path for this chunk."""
+        if any(chunk.column(k).null_count for k in self.config.mysql.key):
+            return None  # the row path quarantines null keys
+        savepoint = conn.begin_nested()
+        try:
+            applied = loader.apply(conn, chunk)
+        except BulkLoadRefused as e:
+            savepoint.rollback()
+            self._bulk_load_allowed = False
+            log.warning("sink %s: LOAD DATA LOCAL INFILE refused (%s); using multi-row "
+                        "INSERTs instead. Set local_infile=1 on the server, or "
+                        "mysql.local_infile = false", self.sink_id, first_line(e))
+            return None
+        except BulkLoadWarned:
+            savepoint.rollback()
+            return None  # the row path applies this chunk value by value
+        except DBAPIError as e:
+            if not is_row_error(e):
+                raise  # the transaction is retried whole
+            savepoint.rollback()
+            return None  # the row path isolates the rejected rows
+        savepoint.commit()
+        return applied
 
     def _wrap(self, e: DBAPIError, batch_id: int) -> Exception:
         code = error_code(e)

@@ -98,6 +98,9 @@ class MysqlConfig:
     tls: dict[str, Any] = field(default_factory=dict)
     """TLS options passed to PyMySQL: ssl_ca, ssl_cert, ssl_key, ssl_verify_cert,
     ssl_verify_identity."""
+    local_infile: bool = False
+    """Upsert chunks with LOAD DATA LOCAL INFILE + one INSERT … SELECT (MariaDB, needs
+    the server's local_infile); falls back to multi-row INSERTs when refused."""
     retry_attempts: int = 6
     """Retries of a batch transaction after transient errors, then the query fails."""
     retry_backoff: float = 0.5
@@ -290,7 +293,7 @@ def _wal(t: dict[str, Any]) -> WalConfig:
 def _mysql(t: dict[str, Any]) -> MysqlConfig:
     keys = {"url", "table", "key", "merge", "version_column", "password_env",
             "password_file", "ack_table", "lease_table", "retry_attempts",
-            "retry_backoff", "retry_backoff_max", "tls"}
+            "retry_backoff", "retry_backoff_max", "tls", "local_infile"}
     _only(t, "mysql", keys)
     url = _str(t, "mysql", "url", required=True)
     try:
@@ -333,6 +336,9 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
         if option not in TLS_OPTIONS:
             raise ConfigError(f"mysql.tls.{option} is not a TLS option; use "
                               f"{', '.join(TLS_OPTIONS)}")
+    local_infile = t.get("local_infile", False)
+    if not isinstance(local_infile, bool):
+        raise ConfigError("mysql.local_infile must be true or false")
     retry_attempts = t.get("retry_attempts", 6)
     if not isinstance(retry_attempts, int) or isinstance(retry_attempts, bool) \
             or retry_attempts < 0:
@@ -348,6 +354,7 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
         ack_table=_ident(t, "mysql", "ack_table") or "wal_sink_ack",
         lease_table=_ident(t, "mysql", "lease_table") or "wal_sink_lease",
         tls=dict(tls),
+        local_infile=local_infile,
         retry_attempts=retry_attempts,
         retry_backoff=_duration(t.get("retry_backoff", "0.5 seconds"), "mysql.retry_backoff"),
         retry_backoff_max=_duration(t.get("retry_backoff_max", "20 seconds"),

@@ -31,6 +31,7 @@ def make_engine(mysql: MysqlConfig) -> Engine:
         connect_args={
             "init_command": f"SET SESSION sql_mode='{SESSION_SQL_MODE}', time_zone='+00:00'",
             "charset": "utf8mb4",
+            "local_infile": mysql.local_infile,
             **mysql.tls,
         },
     )

@@ -9,6 +9,7 @@ are quoted by SQLAlchemy and the dialect decides how to name the incoming row
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -32,7 +33,15 @@ ZERO = literal_column("0")
 
 
 def build_upsert(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> Insert:
-    """INSERT … ON DUPLICATE KEY UPDATE for rows carrying ``columns``.
+    """INSERT … ON DUPLICATE KEY UPDATE for rows carrying ``columns``."""
+    stmt = insert(table)
+    return stmt.on_duplicate_key_update(
+        update_assignments(table, columns, mysql, stmt.inserted))
+
+
+def update_assignments(table: Table, columns: Sequence[str], mysql: MysqlConfig,
+                       new: Any) -> list[tuple[str, ColumnElement]]:
+    """The ON DUPLICATE KEY UPDATE list; ``new`` names the incoming row.
 
     Key columns are never updated, ``keep`` columns only set on insert, ``add``
     columns add the incoming value, ``overwrite`` columns take it — guarded by the
@@ -40,8 +49,6 @@ def build_upsert(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> In
     MySQL evaluates the assignments left to right and later ones see earlier results.
     """
     _check_columns(table, columns, mysql)
-    stmt = insert(table)
-    new = stmt.inserted
     version = mysql.version_column if mysql.version_column in columns else None
     newer: ColumnElement[bool] | None = None
     if version:
@@ -66,7 +73,7 @@ def build_upsert(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> In
     if not assignments:
         first_key = mysql.key[0]
         assignments.append((first_key, table.c[first_key]))
-    return stmt.on_duplicate_key_update(assignments)
+    return assignments
 
 
 def build_delete(table: Table, mysql: MysqlConfig) -> Delete:
