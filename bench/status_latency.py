@@ -3,8 +3,11 @@ user runs it (a new process). Goal: under 1 s. The baseline is the same process
 printing --help (interpreter and imports only), measured in the same run.
 
 Usage: python -m bench.status_latency [BATCHES]
-The WAL is built with delta-rs (one commit per batch, as Spark's staging makes) to
-keep set-up short; acks for every second batch go straight into MySQL.
+The WAL is built with delta-rs, 100 batches per commit and a checkpoint at the end,
+to keep set-up short: what status reads — the last checkpoint with one add action
+per batch file, plus the commits after it — is the same as for a WAL staged batch by
+batch (Spark checkpoints every 10 commits). Acks for every second batch go straight
+into MySQL.
 """
 
 from __future__ import annotations
@@ -21,15 +24,15 @@ from bench.common import Bench, seconds
 from wal_sink.instance import SinkInstance
 
 
-def build_wal(path: Path, batches: int) -> None:
-    for b in range(batches):
-        data = pa.table({"_wal_seq": [b], "k": [f"k{b}"], "amount": [1.0],
-                         "_wal_batch_id": [b]})
+def build_wal(path: Path, batches: int, per_commit: int = 100) -> None:
+    for first in range(0, batches, per_commit):
+        ids = list(range(first, min(first + per_commit, batches)))
+        data = pa.table({"_wal_seq": ids, "k": [f"k{b}" for b in ids],
+                         "amount": [1.0] * len(ids), "_wal_batch_id": ids})
         write_deltalake(str(path), data, mode="append", partition_by=["_wal_batch_id"],
                         commit_properties=CommitProperties(
-                            app_transactions=[Transaction("bench", b)]))
-        if b % 100 == 99:
-            DeltaTable(str(path)).create_checkpoint()
+                            app_transactions=[Transaction("bench", ids[-1])]))
+    DeltaTable(str(path)).create_checkpoint()
 
 
 def main(batches: int = 10_000, repeat: int = 5) -> None:

@@ -54,18 +54,23 @@ merge = {{ amount = "add" }}
     return path
 
 
+def ops_sink(db, tmp_path: Path, key_width: int = 16):
+    """A fresh ops_totals table and a started sink instance on it."""
+    from wal_sink.config import load_config
+
+    for t in ("ops_totals", "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(f"CREATE TABLE ops_totals (k VARCHAR({key_width}) PRIMARY KEY, "
+               "amount DECIMAL(14,2)) ENGINE=InnoDB")
+    config_path = toml(tmp_path / "ops.toml", db, tmp_path)
+    instance = SinkInstance(load_config(config_path))
+    return config_path, instance, instance.start()
+
+
 @pytest.fixture
 def wal_state(spark, db, tmp_path):
     """Batches 0, 1, 2 staged; 0 and 2 acked, 1 not. Returns the config path."""
-    for t in ("ops_totals", "wal_sink_ack", "wal_sink_lease"):
-        db.execute(f"DROP TABLE IF EXISTS {t}")
-    db.execute("CREATE TABLE ops_totals (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(14,2))"
-               " ENGINE=InnoDB")
-    config_path = toml(tmp_path / "ops.toml", db, tmp_path)
-    from wal_sink.config import load_config
-
-    instance = SinkInstance(load_config(config_path))
-    committer = instance.start()
+    config_path, instance, committer = ops_sink(db, tmp_path)
     for b in range(3):
         rows = [(f"k{i}", Decimal(b + 1)) for i in range(4)]
         stage(spark.createDataFrame(rows, SCHEMA), sink_id="ops", batch_id=b,
@@ -226,15 +231,7 @@ def test_every_command_help_has_an_example(command, tmp_path):
 
 
 def test_inspect_quarantine_shows_records_and_reasons(spark, db, tmp_path):
-    for t in ("ops_totals", "wal_sink_ack", "wal_sink_lease"):
-        db.execute(f"DROP TABLE IF EXISTS {t}")
-    db.execute("CREATE TABLE ops_totals (k VARCHAR(4) PRIMARY KEY, amount DECIMAL(14,2))"
-               " ENGINE=InnoDB")
-    config_path = toml(tmp_path / "ops.toml", db, tmp_path)
-    from wal_sink.config import load_config
-
-    instance = SinkInstance(load_config(config_path))
-    committer = instance.start()
+    config_path, instance, committer = ops_sink(db, tmp_path, key_width=4)
     rows = [("ok", Decimal(1)), ("far-too-long", Decimal(2)), (None, Decimal(3))]
     stage(spark.createDataFrame(rows, SCHEMA), sink_id="ops", batch_id=0,
           path=instance.config.wal_path)

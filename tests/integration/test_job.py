@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -95,13 +96,20 @@ def totals(db, table: str) -> dict[str, Decimal]:
     return dict(db.rows(f"SELECT k, amount FROM {table}"))
 
 
-def kill_and_restart(config: Path, log: Path, rounds: int, env: dict | None = None) -> None:
-    """Run the streaming job and SIGKILL it at a random moment, ``rounds`` times."""
+def survive_kills_then_drain(config: Path, log: Path, feed: Callable[[], None],
+                             rounds: int = 2) -> None:
+    """While ``feed`` sends data, run the streaming job and SIGKILL it at a random
+    moment, ``rounds`` times; then drain with --available-now."""
+    feeding = threading.Thread(target=feed)
+    feeding.start()
     for _ in range(rounds):
-        job = JobProcess(config, log, env=env)
+        job = JobProcess(config, log)
         time.sleep(rng.uniform(12, 22))
         assert job.proc.poll() is None, job.tail()
         job.kill()
+    feeding.join()
+    drain = JobProcess(config, log, "--available-now")
+    assert drain.wait() == 0, drain.tail()
 
 
 def test_files_arriving_while_job_is_killed_land_exactly_once(db, tmp_path):
@@ -129,13 +137,8 @@ options = {{ maxFilesPerTrigger = 2 }}""", table="file_totals")
                 expected[k] = expected.get(k, Decimal(0)) + a
             time.sleep(0.5)
 
-    arriving = threading.Thread(target=arrive)
-    arriving.start()
     log = tmp_path / "job.log"
-    kill_and_restart(config, log, rounds=2)
-    arriving.join()
-    drain = JobProcess(config, log, "--available-now")
-    assert drain.wait() == 0, drain.tail()
+    survive_kills_then_drain(config, log, arrive)
     assert totals(db, "file_totals") == expected
     from wal_sink.wal import WalReader
 
@@ -179,13 +182,7 @@ options = {{ "kafka.bootstrap.servers" = "{kafka.bootstrap}", subscribe = "payme
         producer.flush()
         producer.close()
 
-    producing = threading.Thread(target=produce)
-    producing.start()
-    log = tmp_path / "job.log"
-    kill_and_restart(config, log, rounds=2)
-    producing.join()
-    drain = JobProcess(config, log, "--available-now")
-    assert drain.wait() == 0, drain.tail()
+    survive_kills_then_drain(config, tmp_path / "job.log", produce)
     assert totals(db, "kafka_totals") == expected
     assert sorted(quarantined_raw(tmp_path, "kafka")) == sorted(garbage)
 
