@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -91,7 +92,11 @@ def produce(broker: KafkaBroker, feed: InvoiceFeed, done: threading.Event) -> No
 
 
 def main() -> int:
-    for path in (VAR / "demo", VAR / "wal" / "invoices", VAR / "checkpoints" / "invoices"):
+    # Everything the sink owns: WAL, quarantine, the job's and the parse-error
+    # query's checkpoints (a stale one holds offsets of the previous broker).
+    for path in (VAR / "demo", VAR / "wal" / "invoices", VAR / "wal" / "invoices_quarantine",
+                 VAR / "checkpoints" / "invoices",
+                 VAR / "checkpoints" / "invoices_parse_errors"):
         shutil.rmtree(path, ignore_errors=True)
     mariadb = MariaDB(VAR / "demo" / "mariadb", port=33306)
     broker = KafkaBroker(VAR / "demo" / "kafka", port=39092)
@@ -117,7 +122,8 @@ def main() -> int:
         job = Job(env, log)
         say(f"spark-submit jobs/stream_to_mysql.py -c {CONFIG}")
         job.start()
-        time.sleep(20)
+        wait_for_log(log, "batch 1:", timeout=180)
+        time.sleep(random.uniform(0.5, 3.0))
         say("[bold red]kill -9[/] the job (driver and JVM) in the middle of the stream")
         job.kill()
         time.sleep(2)
@@ -142,6 +148,15 @@ def main() -> int:
         stop_follow.set()
         broker.stop()
         mariadb.stop()
+
+
+def wait_for_log(log: Path, text: str, timeout: float) -> None:
+    """Wait until the job has logged ``text`` (so the kill lands mid-stream)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and text in log.read_text(errors="replace"):
+            return
+        time.sleep(0.5)
 
 
 def mysql_totals(mariadb: MariaDB) -> dict[tuple[str, str], tuple[Decimal, int]]:

@@ -60,8 +60,9 @@ class KafkaBroker:
         ]) + "\n")
         if not logs.exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
-                                      "-c", str(props)),
+            # "--cluster-id=ID": a base64 id may start with '-' and read as an option
+            subprocess.run(self._java("kafka.tools.StorageTool", "format",
+                                      f"--cluster-id={cluster_id}", "-c", str(props)),
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         log = open(self.base_dir / "broker.log", "ab")
         self.process = subprocess.Popen(self._java("kafka.Kafka", str(props)), stdout=log,
