@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
@@ -79,18 +80,23 @@ class WalReader:
         table = self.table()
         return None if table is None else table.transaction_version(sink_id)
 
-    def staged_batches(self) -> dict[int, StagedBatch]:
-        """Every batch present in the WAL, by id, with its files in apply order."""
+    def staged_batches(self, only: int | None = None) -> dict[int, StagedBatch]:
+        """Every batch present in the WAL (or just batch ``only``), by id, with its
+        files in apply order. Filtering happens on the Arrow table, so looking up one
+        batch does not turn the whole WAL's file list into Python objects."""
         table = self.table()
         if table is None:
             return {}
         actions = pa.table(table.get_add_actions(flatten=True))
+        partition = f"partition.{BATCH_COLUMN}"
+        if only is not None:
+            actions = actions.filter(pc.equal(actions[partition], only))
         base = table.table_uri.rstrip("/")
         by_batch: dict[int, list[StagedFile]] = {}
         min_col = f"min.{SEQ_COLUMN}"
         has_min = min_col in actions.column_names
         for row in actions.to_pylist():
-            batch_id = int(row[f"partition.{BATCH_COLUMN}"])
+            batch_id = int(row[partition])
             by_batch.setdefault(batch_id, []).append(
                 StagedFile(
                     uri=_join_uri(base, row["path"]),
@@ -105,7 +111,7 @@ class WalReader:
         }
 
     def staged_batch(self, batch_id: int) -> StagedBatch | None:
-        return self.staged_batches().get(batch_id)
+        return self.staged_batches(only=batch_id).get(batch_id)
 
     def read_batch(self, batch: StagedBatch, chunk_rows: int) -> Iterator[pa.RecordBatch]:
         """Yield the batch's rows in staged order, at most ``chunk_rows`` at a time.
