@@ -39,12 +39,16 @@ class Bench:
                 cur.execute(statement)
             return list(cur.fetchall())
 
-    def config(self, table: str, **mysql: object) -> Config:
+    def config(self, table: str, *, sink_id: str = "bench",
+               sections: dict[str, dict] | None = None, **mysql: object) -> Config:
+        """A sink writing ``table`` (key ``k``, ``amount`` added) with its WAL under
+        the bench directory; ``sections`` adds [source], [job], ..."""
         return config_from_dict({
-            "sink": {"id": "bench"},
-            "wal": {"path": str(self.dir / "wal")},
+            "sink": {"id": sink_id},
+            "wal": {"path": str(self.dir / f"wal_{sink_id}")},
             "mysql": {"url": self.mariadb.sink_url("bench"), "table": table,
                       "key": ["k"], "merge": {"amount": "add"}, **mysql},
+            **(sections or {}),
         })
 
 

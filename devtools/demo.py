@@ -10,10 +10,8 @@ status``, and one line saying whether they match exactly.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -28,8 +26,8 @@ from rich.table import Table
 from devtools.invoices import InvoiceFeed
 from devtools.kafka import KafkaBroker
 from devtools.mariadb import SINK_PASSWORD, MariaDB
+from devtools.spark_job import REPO, JobProcess, job_env
 
-REPO = Path(__file__).resolve().parent.parent
 VAR = REPO / "var"
 CONFIG = "conf/invoices.toml"
 MESSAGES, SECONDS = 1600, 40
@@ -39,30 +37,6 @@ console = Console(highlight=False)
 
 def say(text: str) -> None:
     console.print(f"[bold cyan]demo[/]: {text}")
-
-
-class Job:
-    """The spark-submit job as a child process in its own process group."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log = env, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, *extra: str) -> None:
-        spark_submit = Path(sys.executable).with_name("spark-submit")
-        out = open(self.log, "ab")
-        self.proc = subprocess.Popen(
-            [str(spark_submit), "jobs/stream_to_mysql.py", "-c", CONFIG, *extra],
-            cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def terminate(self) -> int:
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        return self.proc.wait(timeout=300)
 
 
 def follow(log: Path, stop: threading.Event) -> None:
@@ -109,9 +83,7 @@ def main() -> int:
             cur.execute((REPO / "sql" / "demo_kpxxb_hzb.sql").read_text().strip().rstrip(";"))
         broker.start()
         broker.create_topic("invoices", partitions=2)
-        env = {**os.environ, "WAL_SINK_MYSQL_PASSWORD": SINK_PASSWORD,
-               "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-               "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        env = job_env(WAL_SINK_MYSQL_PASSWORD=SINK_PASSWORD)
         log = VAR / "demo" / "job.log"
         threading.Thread(target=follow, args=(log, stop_follow), daemon=True).start()
 
@@ -119,16 +91,15 @@ def main() -> int:
         say(f"producing {MESSAGES} invoice messages over {SECONDS}s "
             f"(every {feed.invalid_every}th lacks `magic` and must be ignored)")
         threading.Thread(target=produce, args=(broker, feed, produced), daemon=True).start()
-        job = Job(env, log)
         say(f"spark-submit jobs/stream_to_mysql.py -c {CONFIG}")
-        job.start()
+        job = JobProcess(CONFIG, log, env=env)
         wait_for_log(log, "batch 1:", timeout=180)
         time.sleep(random.uniform(0.5, 3.0))
         say("[bold red]kill -9[/] the job (driver and JVM) in the middle of the stream")
         job.kill()
         time.sleep(2)
         say("restarting it: it recovers unacked batches, then resumes from its checkpoint")
-        job.start()
+        job = JobProcess(CONFIG, log, env=env)
         produced.wait()
         say("all messages produced, then one invoice dated an hour later: it closes every "
             "earlier 2-second window (its own stays open, so it is not counted below); "
@@ -137,8 +108,8 @@ def main() -> int:
         say("SIGTERM: the job stops after its current batch")
         job.terminate()
         say("one more run that drains whatever is left: spark-submit … --available-now")
-        job.start("--available-now")
-        if job.proc.wait(timeout=600) != 0:
+        job = JobProcess(CONFIG, log, "--available-now", env=env)
+        if job.wait(timeout=600) != 0:
             say(f"the drain failed; see {log}")
             return 1
         time.sleep(0.5)

@@ -21,42 +21,11 @@ import pytest
 from devtools.invoices import InvoiceFeed
 from devtools.kafka import KafkaBroker
 from devtools.mariadb import free_port
+from devtools.spark_job import JobProcess, job_env
 from tests.conftest import REPO
 
-SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
-JOB = "jobs/stream_to_mysql.py"
 SEED = int(os.environ.get("WAL_SINK_TEST_SEED", time.time()))
 rng = random.Random(SEED)
-
-
-def job_env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **extra}
-
-
-class JobProcess:
-    def __init__(self, config: Path, log: Path, *args: str, env: dict | None = None,
-                 submit_args: tuple[str, ...] = ()) -> None:
-        self.log = log
-        out = open(log, "ab")
-        self.proc = subprocess.Popen(
-            [SPARK_SUBMIT, *submit_args, JOB, "-c", str(config), *args], cwd=REPO,
-            env=env or job_env(), stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def wait(self, timeout: float = 600) -> int:
-        return self.proc.wait(timeout=timeout)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def tail(self) -> str:
-        return self.text()[-4000:]
 
 
 def write_config(path: Path, db, tmp: Path, source: str, *, table: str,

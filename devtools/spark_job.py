@@ -1,0 +1,52 @@
+"""The spark-submit job as a child process, the way tests, the demo and benchmarks
+launch it: the virtualenv's Python on both sides, its own process group so a kill
+reaches the JVM and the Python driver together."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
+JOB = "jobs/stream_to_mysql.py"
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", **extra}
+
+
+class JobProcess:
+    """``spark-submit jobs/stream_to_mysql.py -c CONFIG ARGS``, output appended to log."""
+
+    def __init__(self, config: Path | str, log: Path, *args: str,
+                 env: dict[str, str] | None = None,
+                 submit_args: tuple[str, ...] = ()) -> None:
+        self.log = log
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [SPARK_SUBMIT, *submit_args, JOB, "-c", str(config), *args], cwd=REPO,
+                env=env or job_env(), stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def terminate(self, timeout: float = 300) -> int:
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def wait(self, timeout: float = 600) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def tail(self) -> str:
+        return self.text()[-4000:]
