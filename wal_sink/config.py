@@ -69,7 +69,7 @@ class TransformConfig:
 class WalConfig:
     path: str
     """Delta table of the write-ahead log: a path or an object-store URI."""
-    chunk_rows: int = 5000
+    chunk_rows: int = 20_000
     """Rows read back from the WAL and sent to MySQL per statement batch."""
     quarantine_path: str | None = None
     """Delta table of set-aside rows; default: the WAL path + "_quarantine"."""
@@ -283,7 +283,7 @@ def _transform(t: Any) -> TransformConfig:
 
 def _wal(t: dict[str, Any]) -> WalConfig:
     _only(t, "wal", {"path", "chunk_rows", "quarantine_path"})
-    chunk_rows = t.get("chunk_rows", 5000)
+    chunk_rows = t.get("chunk_rows", WalConfig.chunk_rows)
     if not isinstance(chunk_rows, int) or isinstance(chunk_rows, bool) or chunk_rows < 1:
         raise ConfigError(f"wal.chunk_rows must be a positive integer, not {chunk_rows!r}")
     return WalConfig(path=_str(t, "wal", "path", required=True), chunk_rows=chunk_rows,

@@ -28,7 +28,7 @@ def test_valid_config_loads_typed_values():
                                    "restart": {"strategy": "none"}},
                               cdc={"op_column": "op", "order_by": "seq"}))
     assert c.mysql.key == ("org",) and c.mysql.merge == {"amount": "add"}
-    assert c.mysql.ack_table == "wal_sink_ack" and c.wal.chunk_rows == 5000
+    assert c.mysql.ack_table == "wal_sink_ack" and c.wal.chunk_rows == 20_000
     assert c.job.restart.strategy == "none" and c.cdc.delete_values == ("D",)
 
 
