@@ -23,11 +23,11 @@ import zlib
 from collections.abc import Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from sqlalchemy import Connection, Table, literal_column, select, table, text
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
+from wal_sink.arrow_text import renderable, tsv
 from wal_sink.config import MysqlConfig
 from wal_sink.mysql_errors import error_code
 from wal_sink.upsert import update_assignments
@@ -37,9 +37,6 @@ log = logging.getLogger(__name__)
 ROW_COLUMN = "_wal_row"
 # MySQL 1148/3948/2068 and MariaDB 4166: local infile disabled on server or client.
 LOCAL_INFILE_REFUSED = frozenset({1148, 2068, 3948, 4166})
-TEXT_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
-              pa.types.is_string, pa.types.is_large_string, pa.types.is_boolean,
-              pa.types.is_timestamp, pa.types.is_date)
 
 
 class BulkLoadRefused(Exception):
@@ -64,8 +61,7 @@ class BulkLoader:
 
     @staticmethod
     def supports(conn: Connection, schema: pa.Schema) -> bool:
-        return conn.dialect.is_mariadb and all(
-            any(check(f.type) for check in TEXT_TYPES) for f in schema)
+        return conn.dialect.is_mariadb and renderable(schema)
 
     def apply(self, conn: Connection, chunk: pa.RecordBatch) -> int:
         """Upsert ``chunk`` set-based; raise BulkLoadRefused or a DBAPIError."""
@@ -85,7 +81,7 @@ class BulkLoader:
         fd, path = tempfile.mkstemp(prefix="wal-sink-load-", suffix=".tsv")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(_tsv(chunk, self.columns))
+                f.write(tsv(chunk, self.columns))
             try:
                 conn.exec_driver_sql(
                     f"LOAD DATA LOCAL INFILE %s INTO TABLE {staging} CHARACTER SET utf8mb4"
@@ -102,28 +98,3 @@ class BulkLoader:
             os.unlink(path)
         conn.execute(self.upsert)
         return chunk.num_rows
-
-
-def _tsv(chunk: pa.RecordBatch, columns: Sequence[str]) -> pa.Buffer:
-    """Tab-separated text as LOAD DATA reads it: NULL as \\N, escapes for \\ \\t \\n."""
-    fields = []
-    for name in columns:
-        column = chunk.column(name)
-        if pa.types.is_boolean(column.type):
-            column = column.cast(pa.int8())
-        if pa.types.is_timestamp(column.type) and column.type.tz is not None:
-            column = column.cast(pa.timestamp(column.type.unit))  # naive UTC
-        column = column.cast(pa.string())
-        for raw, escaped in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
-            column = pc.replace_substring(column, raw, escaped)
-        fields.append(pc.fill_null(column, "\\N"))
-    rows = pa.array(range(chunk.num_rows), pa.int64()).cast(pa.string())
-    fields.append(pc.binary_join_element_wise(rows, "", "\n"))  # row number, newline
-    lines = pc.binary_join_element_wise(*fields, "\t")
-    # No line is null (nulls are \\N), so the value buffer holds the whole text in
-    # row order: hand it over without building a Python string per line.
-    offset_type = pa.int64() if pa.types.is_large_string(lines.type) else pa.int32()
-    offsets = pa.Array.from_buffers(offset_type, len(lines) + 1,
-                                    [None, lines.buffers()[1]], offset=lines.offset)
-    first, last = offsets[0].as_py(), offsets[-1].as_py()
-    return lines.buffers()[2].slice(first, last - first)

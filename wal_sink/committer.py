@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +45,7 @@ from wal_sink.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
 from wal_sink.config import Config
 from wal_sink.errors import TerminalError, TransientError
 from wal_sink.lease import check as check_lease
+from wal_sink.multi_row import MultiRowUpsert
 from wal_sink.mysql_errors import (
     DUPLICATE_KEY,
     error_code,
@@ -218,7 +220,7 @@ class Committer:
         if batch is None:
             return 0, 0, []
         mysql, cdc = self.config.mysql, self.config.cdc
-        upsert = loader = None
+        upsert = loader = multi = None
         remove = build_delete(target, mysql) if cdc else None
         rows = deleted = done = 0
         bad: list[Entry] = []
@@ -226,37 +228,50 @@ class Committer:
             if upsert is None:
                 columns = [c for c in chunk.schema.names if not cdc or c != cdc.op_column]
                 upsert = build_upsert(target, columns, mysql)
-                if mysql.local_infile and not cdc and BulkLoader.supports(conn, chunk.schema):
-                    loader = BulkLoader(target, columns, mysql, self.sink_id)
-            if loader is not None and self._bulk_load_allowed:
-                applied = self._bulk_load(conn, loader, chunk)
-                if applied is not None:
-                    rows += applied
-                    done += chunk.num_rows
-                    if on_chunk is not None:
-                        on_chunk(done, batch.rows)
-                    continue
-            for is_delete, run in _runs(chunk, cdc.op_column if cdc else None,
-                                        cdc.delete_values if cdc else ()):
-                run = _drop_null_keys(run, mysql.key, bad)
-                if is_delete:
-                    params = [{k: r[k] for k in mysql.key} for r in run]
-                    deleted += _isolating(conn, remove, params, bad)
-                else:
-                    rows += _isolating(conn, upsert, run, bad)
+                if not cdc:
+                    multi = MultiRowUpsert.for_schema(conn, upsert, columns, chunk.schema)
+                    if mysql.local_infile and BulkLoader.supports(conn, chunk.schema):
+                        loader = BulkLoader(target, columns, mysql, self.sink_id)
+            applied = None if cdc else self._apply_rendered(conn, chunk, loader, multi)
+            if applied is not None:
+                rows += applied
+            else:
+                for is_delete, run in _runs(chunk, cdc.op_column if cdc else None,
+                                            cdc.delete_values if cdc else ()):
+                    run = _set_aside_unstorable(run, mysql.key, bad)
+                    if is_delete:
+                        params = [{k: r[k] for k in mysql.key} for r in run]
+                        deleted += _isolating(conn, remove, params, bad)
+                    else:
+                        rows += _isolating(conn, upsert, run, bad)
             done += chunk.num_rows
             if on_chunk is not None:
                 on_chunk(done, batch.rows)
         return rows, deleted, bad
 
-    def _bulk_load(self, conn: Connection, loader: BulkLoader,
-                   chunk: pa.RecordBatch) -> int | None:
-        """Apply a chunk set-based; None means: use the row path for this chunk."""
+    def _apply_rendered(self, conn: Connection, chunk: pa.RecordBatch,
+                        loader: BulkLoader | None,
+                        multi: MultiRowUpsert | None) -> int | None:
+        """Apply a chunk rendered in Arrow (LOAD DATA if enabled, else multi-row
+        INSERTs); None means: let the driver render it value by value, which
+        quarantines null keys and isolates rows MySQL rejects."""
         if any(chunk.column(k).null_count for k in self.config.mysql.key):
-            return None  # the row path quarantines null keys
+            return None
+        if loader is not None and self._bulk_load_allowed:
+            applied = self._attempt(conn, loader.apply, chunk)
+            if applied is not None:
+                return applied
+        if multi is not None and multi.renders(chunk):
+            return self._attempt(conn, multi.apply, chunk)
+        return None
+
+    def _attempt(self, conn: Connection,
+                 apply: Callable[[Connection, pa.RecordBatch], int],
+                 chunk: pa.RecordBatch) -> int | None:
+        """``apply`` under a savepoint; None when it refused or MySQL rejected a row."""
         savepoint = conn.begin_nested()
         try:
-            applied = loader.apply(conn, chunk)
+            applied = apply(conn, chunk)
         except BulkLoadRefused as e:
             savepoint.rollback()
             self._bulk_load_allowed = False
@@ -266,12 +281,12 @@ class Committer:
             return None
         except BulkLoadWarned:
             savepoint.rollback()
-            return None  # the row path applies this chunk value by value
+            return None
         except DBAPIError as e:
             if not is_row_error(e):
                 raise  # the transaction is retried whole
             savepoint.rollback()
-            return None  # the row path isolates the rejected rows
+            return None
         savepoint.commit()
         return applied
 
@@ -334,13 +349,19 @@ def _python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:
     return pa.RecordBatch.from_arrays(columns, names=chunk.schema.names).to_pylist()
 
 
-def _drop_null_keys(run: list[dict[str, Any]], key: tuple[str, ...],
-                    bad: list[Entry]) -> list[dict[str, Any]]:
+def _set_aside_unstorable(run: list[dict[str, Any]], key: tuple[str, ...],
+                          bad: list[Entry]) -> list[dict[str, Any]]:
+    """Rows MySQL cannot take whatever the table: a null key, or a float that is NaN
+    or infinite (the driver refuses those before the server sees them)."""
     kept = []
     for row in run:
         missing = [k for k in key if row.get(k) is None]
+        not_finite = [c for c, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
         if missing:
             bad.append(Entry(row, f"null key column(s): {', '.join(missing)}"))
+        elif not_finite:
+            bad.append(Entry(row, f"NaN or infinity in column(s): {', '.join(not_finite)}; "
+                                  "MySQL cannot store it"))
         else:
             kept.append(row)
     return kept

@@ -1,0 +1,57 @@
+"""The row path's upsert with its VALUES list rendered in Arrow: the same
+``INSERT … VALUES (…),(…) ON DUPLICATE KEY UPDATE`` statement that PyMySQL's
+executemany would build, without rendering every value in Python first.
+
+A chunk it cannot render exactly (a type without a text form here, NaN or infinity)
+is left to the driver; a chunk MySQL rejects goes back to the caller, which
+isolates the rejected rows value by value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import pyarrow as pa
+from pymysql.cursors import RE_INSERT_VALUES
+from sqlalchemy import Connection
+from sqlalchemy.dialects.mysql import Insert
+
+from wal_sink.arrow_text import finite, renderable, sql_rows
+
+# As PyMySQL's executemany: statements of about 1 MB, well under max_allowed_packet.
+MAX_STATEMENT_BYTES = 1_024_000
+
+
+class MultiRowUpsert:
+    def __init__(self, conn: Connection, upsert: Insert, columns: Sequence[str]) -> None:
+        compiled = upsert.compile(dialect=conn.dialect, column_keys=list(columns))
+        match = RE_INSERT_VALUES.match(str(compiled))
+        order = re.findall(r"%\((\w+)\)s", match.group(2)) if match else []
+        if (match is None or "%" in match.group(1) + match.group(3)
+                or sorted(order) != sorted(columns)):
+            raise ValueError("not a multi-row INSERT this path can build")
+        self.columns = order  # the statement's column order
+        self.prefix, self.postfix = match.group(1), match.group(3)
+
+    @classmethod
+    def for_schema(cls, conn: Connection, upsert: Insert, columns: Sequence[str],
+                   schema: pa.Schema) -> MultiRowUpsert | None:
+        """The fast statement for these columns, or None to leave it to the driver."""
+        if not renderable(schema):
+            return None
+        try:
+            return cls(conn, upsert, columns)
+        except ValueError:
+            return None
+
+    def renders(self, chunk: pa.RecordBatch) -> bool:
+        return chunk.num_rows > 0 and finite(chunk, self.columns)
+
+    def apply(self, conn: Connection, chunk: pa.RecordBatch) -> int:
+        """Upsert ``chunk`` in staged order; raise the DBAPIError MySQL gives."""
+        for values in sql_rows(chunk, self.columns, MAX_STATEMENT_BYTES):
+            # no parameters: the driver leaves the % signs in values alone
+            conn.exec_driver_sql(self.prefix + values + self.postfix,
+                                 execution_options={"no_parameters": True})
+        return chunk.num_rows
