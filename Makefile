@@ -46,7 +46,9 @@ test-unit: venv
 # Benchmarks print ratios against a baseline measured in the same run (bench/).
 bench: setup
 	$(PY) -m bench.commit_ratio
+	$(PY) -m bench.end_to_end_ratio
 	$(PY) -m bench.staging_ratio
+	$(PY) -m bench.driver_memory
 	$(PY) -m bench.status_latency
 
 clean:
