@@ -4,8 +4,8 @@ ack, one transaction) vs. the server's own set-based upsert of the same rows
 
 Usage: python -m bench.commit_ratio [ROWS]
 Runs alternate (row path, LOAD DATA path, server, …) and the medians are compared.
-The row path sends multi-row INSERTs (the default); the LOAD DATA path is
-``mysql.local_infile = true``.
+The row path sends multi-row INSERTs rendered in Arrow (the default); the LOAD
+DATA path is ``mysql.local_infile = true``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ TABLE = ("(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(14,2), label VARCHAR(32), "
          "seq BIGINT) ENGINE=InnoDB")
 
 
-def main(rows: int = 200_000, repeat: int = 3) -> None:
+def main(rows: int = 200_000, repeat: int = 5) -> None:
     with Bench("commit") as bench:
         spark = spark_session()
         bench.sql(f"CREATE TABLE target {TABLE}", f"CREATE TABLE fast_target {TABLE}",
