@@ -23,6 +23,8 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from wal_sink.errors import TerminalError
+
 BATCH_COLUMN = "_wal_batch_id"
 SEQ_COLUMN = "_wal_seq"
 WAL_COLUMNS = (BATCH_COLUMN, SEQ_COLUMN)
@@ -117,13 +119,25 @@ class WalReader:
         """Yield the batch's rows in staged order, at most ``chunk_rows`` at a time.
 
         The WAL's own columns are dropped; only the stream's columns are yielded.
+        ``_wal_seq`` is checked to rise throughout: rows out of their staged order
+        (I4) stop the batch instead of being applied.
         """
+        last = -1
         for staged_file in batch.files:
             parquet = open_parquet(staged_file.uri)
             user_columns = [
                 name for name in parquet.schema_arrow.names if name not in WAL_COLUMNS
             ]
-            yield from parquet.iter_batches(batch_size=chunk_rows, columns=user_columns)
+            for chunk in parquet.iter_batches(batch_size=chunk_rows,
+                                              columns=[*user_columns, SEQ_COLUMN]):
+                seq = chunk.column(SEQ_COLUMN)
+                if len(seq) and (seq[0].as_py() <= last or not _rising(seq)):
+                    raise TerminalError(
+                        f"the WAL holds this batch's rows out of their staged order "
+                        f"(in {staged_file.uri}); it is not applied",
+                        batch_id=batch.batch_id)
+                last = seq[-1].as_py() if len(seq) else last
+                yield chunk.drop_columns([SEQ_COLUMN])
 
     def head(self, batch: StagedBatch, limit: int) -> list[dict]:
         """The first ``limit`` rows of a batch in apply order, as Python values."""
@@ -133,6 +147,11 @@ class WalReader:
             if len(rows) >= limit:
                 break
         return rows
+
+
+def _rising(seq: pa.Array) -> bool:
+    return len(seq) < 2 or pc.all(pc.less(seq.slice(0, len(seq) - 1),
+                                          seq.slice(1))).as_py()
 
 
 def _file_order(f: StagedFile) -> tuple[int, str]:
