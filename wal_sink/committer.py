@@ -6,8 +6,11 @@ The transaction, in order (DESIGN.md §2):
 2. Insert the ack row (sink id, batch id). Its primary key makes a second apply fail
    fast with a duplicate key: the batch is already applied, roll back and skip (I2).
 3. Apply the staged rows, read back from the WAL in bounded chunks, in staged order:
-   upserts by merge policy, CDC deletes by key. Rows with a null key, or whose values
-   MySQL rejects (isolated under savepoints), go to the quarantine table instead.
+   upserts by merge policy, CDC deletes by key. A chunk goes as multi-row INSERTs
+   rendered in Arrow (or through LOAD DATA with ``mysql.local_infile``); one that
+   cannot be rendered exactly, or that MySQL rejects, goes value by value through the
+   driver. Rows with a null key, NaN or infinity, or values MySQL rejects (isolated
+   under savepoints) go to the quarantine table instead.
 4. Fill in the ack row's counts.
 5. COMMIT. Rows and ack become visible together (I3), or not at all.
 
