@@ -241,12 +241,12 @@ class Committer:
             else:
                 for is_delete, run in _runs(chunk, cdc.op_column if cdc else None,
                                             cdc.delete_values if cdc else ()):
-                    run = _set_aside_unstorable(run, mysql.key, bad)
+                    run = _drop_null_keys(run, mysql.key, bad)
                     if is_delete:
                         params = [{k: r[k] for k in mysql.key} for r in run]
                         deleted += _isolating(conn, remove, params, bad)
                     else:
-                        rows += _isolating(conn, upsert, run, bad)
+                        rows += _isolating(conn, upsert, _drop_non_finite(run, bad), bad)
             done += chunk.num_rows
             if on_chunk is not None:
                 on_chunk(done, batch.rows)
@@ -352,17 +352,25 @@ def _python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:
     return pa.RecordBatch.from_arrays(columns, names=chunk.schema.names).to_pylist()
 
 
-def _set_aside_unstorable(run: list[dict[str, Any]], key: tuple[str, ...],
-                          bad: list[Entry]) -> list[dict[str, Any]]:
-    """Rows MySQL cannot take whatever the table: a null key, or a float that is NaN
-    or infinite (the driver refuses those before the server sees them)."""
+def _drop_null_keys(run: list[dict[str, Any]], key: tuple[str, ...],
+                    bad: list[Entry]) -> list[dict[str, Any]]:
     kept = []
     for row in run:
         missing = [k for k in key if row.get(k) is None]
-        not_finite = [c for c, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
         if missing:
             bad.append(Entry(row, f"null key column(s): {', '.join(missing)}"))
-        elif not_finite:
+        else:
+            kept.append(row)
+    return kept
+
+
+def _drop_non_finite(run: list[dict[str, Any]], bad: list[Entry]) -> list[dict[str, Any]]:
+    """Rows to upsert holding a NaN or infinite float: no MySQL column can store one
+    (the driver refuses them before the server sees them)."""
+    kept = []
+    for row in run:
+        not_finite = [c for c, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+        if not_finite:
             bad.append(Entry(row, f"NaN or infinity in column(s): {', '.join(not_finite)}; "
                                   "MySQL cannot store it"))
         else:
