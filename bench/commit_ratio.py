@@ -19,32 +19,46 @@ from wal_sink.config import SinkConfig
 from wal_sink.instance import SinkInstance
 from wal_sink.staging import stage
 
-TABLE = ("(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(14,2), label VARCHAR(32), "
-         "seq BIGINT) ENGINE=InnoDB")
+TABLE = (
+    "(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(14,2), label VARCHAR(32), "
+    "seq BIGINT) ENGINE=InnoDB"
+)
 
 
 def main(rows: int = 200_000, repeat: int = 5) -> None:
     with Bench("commit") as bench:
         spark = spark_session()
-        bench.sql(f"CREATE TABLE target {TABLE}", f"CREATE TABLE fast_target {TABLE}",
-                  f"CREATE TABLE server_target {TABLE}",
-                  # the same rows, repeated keys included: no key on the source
-                  f"CREATE TABLE source {TABLE.replace(' PRIMARY KEY', '')}")
+        bench.sql(
+            f"CREATE TABLE target {TABLE}",
+            f"CREATE TABLE fast_target {TABLE}",
+            f"CREATE TABLE server_target {TABLE}",
+            # the same rows, repeated keys included: no key on the source
+            f"CREATE TABLE source {TABLE.replace(' PRIMARY KEY', '')}",
+        )
         df = spark.range(rows).selectExpr(
-            "concat('key-', id % 50000) AS k", "cast(id % 1000 AS decimal(12,2)) AS amount",
-            "concat('label-', id) AS label", "id AS seq")
+            "concat('key-', id % 50000) AS k",
+            "cast(id % 1000 AS decimal(12,2)) AS amount",
+            "concat('label-', id) AS label",
+            "id AS seq",
+        )
         config = bench.config("target", version_column="seq")
         instance = SinkInstance(config)
         committer = instance.start()
         stage(df, sink_id="bench", batch_id=0, path=config.wal_path)
-        fast_config = replace(config, sink=SinkConfig("bench_fast"), mysql=replace(
-            config.mysql, table="fast_target", local_infile=True))
+        fast_config = replace(
+            config,
+            sink=SinkConfig("bench_fast"),
+            mysql=replace(config.mysql, table="fast_target", local_infile=True),
+        )
         fast_instance = SinkInstance(fast_config)
         fast = fast_instance.start()
         df.write.format("jdbc").options(
             url=f"jdbc:mysql://127.0.0.1:{bench.mariadb.port}/bench?permitMysqlScheme",
-            dbtable="source", user="sink", password=os.environ["WAL_SINK_MYSQL_PASSWORD"],
-            driver="org.mariadb.jdbc.Driver").mode("append").save()
+            dbtable="source",
+            user="sink",
+            password=os.environ["WAL_SINK_MYSQL_PASSWORD"],
+            driver="org.mariadb.jdbc.Driver",
+        ).mode("append").save()
         server_sql = (
             "INSERT INTO server_target (k, amount, label, seq) "
             "SELECT k, amount, label, seq FROM source ORDER BY seq "
@@ -52,7 +66,8 @@ def main(rows: int = 200_000, repeat: int = 5) -> None:
             "COALESCE(VALUES(amount), 0), label = IF(server_target.seq IS NULL OR "
             "VALUES(seq) >= server_target.seq, VALUES(label), server_target.label), "
             "seq = IF(server_target.seq IS NULL OR VALUES(seq) >= server_target.seq, "
-            "VALUES(seq), server_target.seq)")
+            "VALUES(seq), server_target.seq)"
+        )
         sink, loaded, server = [], [], []
         for _ in range(repeat):
             bench.sql("TRUNCATE target", "DELETE FROM wal_sink_ack")
@@ -61,12 +76,16 @@ def main(rows: int = 200_000, repeat: int = 5) -> None:
             loaded.append(rows / seconds(lambda: fast.apply(0)))
             bench.sql("TRUNCATE server_target")
             server.append(rows / seconds(lambda: bench.sql(server_sql, "COMMIT")))
-        checksums = {t: bench.sql(f"CHECKSUM TABLE {t}")[0][1]
-                     for t in ("target", "fast_target", "server_target")}
+        checksums = {
+            t: bench.sql(f"CHECKSUM TABLE {t}")[0][1]
+            for t in ("target", "fast_target", "server_target")
+        }
         assert len(set(checksums.values())) == 1, f"results differ: {checksums}"
-        print(f"rows: {rows}; row path {[f'{r:,.0f}' for r in sink]} rows/s; "
-              f"LOAD DATA path {[f'{r:,.0f}' for r in loaded]} rows/s; "
-              f"server INSERT…SELECT {[f'{r:,.0f}' for r in server]} rows/s")
+        print(
+            f"rows: {rows}; row path {[f'{r:,.0f}' for r in sink]} rows/s; "
+            f"LOAD DATA path {[f'{r:,.0f}' for r in loaded]} rows/s; "
+            f"server INSERT…SELECT {[f'{r:,.0f}' for r in server]} rows/s"
+        )
         print(ratio_line("commit ratio, row path", sink, server, ">= 0.7"))
         print(ratio_line("commit ratio, LOAD DATA path", loaded, server, ">= 0.7"))
         instance.close()

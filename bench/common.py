@@ -39,28 +39,45 @@ class Bench:
                 cur.execute(statement)
             return list(cur.fetchall())
 
-    def config(self, table: str, *, sink_id: str = "bench",
-               sections: dict[str, dict] | None = None, **mysql: object) -> Config:
+    def config(
+        self,
+        table: str,
+        *,
+        sink_id: str = "bench",
+        sections: dict[str, dict] | None = None,
+        **mysql: object,
+    ) -> Config:
         """A sink writing ``table`` (key ``k``, ``amount`` added) with its WAL under
         the bench directory; ``sections`` adds [source], [job], ..."""
-        return config_from_dict({
-            "sink": {"id": sink_id},
-            "wal": {"path": str(self.dir / f"wal_{sink_id}")},
-            "mysql": {"url": self.mariadb.sink_url("bench"), "table": table,
-                      "key": ["k"], "merge": {"amount": "add"}, **mysql},
-            **(sections or {}),
-        })
+        return config_from_dict(
+            {
+                "sink": {"id": sink_id},
+                "wal": {"path": str(self.dir / f"wal_{sink_id}")},
+                "mysql": {
+                    "url": self.mariadb.sink_url("bench"),
+                    "table": table,
+                    "key": ["k"],
+                    "merge": {"amount": "add"},
+                    **mysql,
+                },
+                **(sections or {}),
+            }
+        )
 
 
 def spark_session():
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("wal_sink bench")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.databricks.delta.snapshotPartitions", "2")
-             .config("spark.driver.memory", "2g").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("wal_sink bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -73,5 +90,7 @@ def seconds(fn: Callable[[], object]) -> float:
 
 def ratio_line(name: str, ours: list[float], baseline: list[float], goal: str) -> str:
     """Ratio of medians of per-run rates (ours / baseline, higher is better)."""
-    return (f"{name}: {statistics.median(ours) / statistics.median(baseline):.2f} "
-            f"(goal {goal}; {len(ours)} alternating runs)")
+    return (
+        f"{name}: {statistics.median(ours) / statistics.median(baseline):.2f} "
+        f"(goal {goal}; {len(ours)} alternating runs)"
+    )

@@ -9,6 +9,8 @@ import sys
 from pyspark.sql import SparkSession
 
 if __name__ == "__main__":
-    spark = SparkSession.builder.appName("wal_sink bench: plain Parquet copy").getOrCreate()
+    spark = SparkSession.builder.appName(
+        "wal_sink bench: plain Parquet copy"
+    ).getOrCreate()
     spark.read.parquet(sys.argv[1]).write.mode("overwrite").parquet(sys.argv[2])
     spark.stop()

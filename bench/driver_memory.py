@@ -24,8 +24,10 @@ from bench.common import Bench, spark_session
 from devtools.spark_job import REPO, SPARK_SUBMIT, JobProcess, job_env
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), label STRING, seq BIGINT"
-TABLE = ("(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(12,2), label VARCHAR(40), "
-         "seq BIGINT) ENGINE=InnoDB")
+TABLE = (
+    "(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(12,2), label VARCHAR(40), "
+    "seq BIGINT) ENGINE=InnoDB"
+)
 
 
 def tree_peaks(root: int) -> dict[int, tuple[str, int]]:
@@ -51,7 +53,10 @@ def tree_peaks(root: int) -> dict[int, tuple[str, int]]:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         if "VmHWM" in fields:
-            peaks[pid] = (fields["Name"].strip(), int(fields["VmHWM"].split()[0]) * 1024)
+            peaks[pid] = (
+                fields["Name"].strip(),
+                int(fields["VmHWM"].split()[0]) * 1024,
+            )
     return peaks
 
 
@@ -67,17 +72,18 @@ format = "parquet"
 path = "{source}"
 schema = "{SCHEMA}"
 [wal]
-path = "{bench.dir / ('wal_' + sink_id)}"
+path = "{bench.dir / ("wal_" + sink_id)}"
 [mysql]
-url = "{bench.mariadb.sink_url('bench')}"
+url = "{bench.mariadb.sink_url("bench")}"
 table = "target"
 key = ["k"]
 [job]
-checkpoint = "{bench.dir / ('checkpoint_' + sink_id)}"
+checkpoint = "{bench.dir / ("checkpoint_" + sink_id)}"
 """)
     bench.sql("TRUNCATE target")
-    job = JobProcess(config, bench.dir / f"{sink_id}.log", "--available-now",
-                     env=job_env())
+    job = JobProcess(
+        config, bench.dir / f"{sink_id}.log", "--available-now", env=job_env()
+    )
     peaks = peak_rss(job.proc)
     assert job.proc.returncode == 0, job.tail()
     assert bench.sql("SELECT COUNT(*) FROM target")[0][0] == rows
@@ -88,9 +94,17 @@ def run_plain_copy(bench: Bench, source: str) -> dict[str, int]:
     """Spark alone: the same input copied to plain Parquet by spark-submit."""
     with open(bench.dir / "copy.log", "ab") as log:
         proc = subprocess.Popen(
-            [SPARK_SUBMIT, str(REPO / "bench" / "copy_parquet_app.py"), source,
-             str(bench.dir / "copy")], env=job_env(), stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                SPARK_SUBMIT,
+                str(REPO / "bench" / "copy_parquet_app.py"),
+                source,
+                str(bench.dir / "copy"),
+            ],
+            env=job_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         peaks = peak_rss(proc)
     assert proc.returncode == 0, (bench.dir / "copy.log").read_text()[-2000:]
     return peaks
@@ -104,7 +118,9 @@ def peak_rss(proc: subprocess.Popen) -> dict[str, int]:
         time.sleep(0.1)
     by_kind = {"jvm": 0, "python": 0}
     for name, peak in peaks.values():
-        kind = "jvm" if name == "java" else "python" if name.startswith("python") else None
+        kind = (
+            "jvm" if name == "java" else "python" if name.startswith("python") else None
+        )
         if kind:
             by_kind[kind] += peak
     return by_kind
@@ -118,8 +134,10 @@ def main(rows: int = 200_000, repeat: int = 2) -> None:
         for size in sizes:
             sources[size] = str(bench.dir / f"landing_{size}")
             spark.range(size, numPartitions=4).selectExpr(
-                "concat('key-', id) AS k", "cast(id % 1000 AS decimal(12,2)) AS amount",
-                "concat('label-', id, '-', repeat('x', 16)) AS label", "id AS seq",
+                "concat('key-', id) AS k",
+                "cast(id % 1000 AS decimal(12,2)) AS amount",
+                "concat('label-', id, '-', repeat('x', 16)) AS label",
+                "id AS seq",
             ).write.parquet(sources[size])
         spark.stop()
         bench.sql(f"CREATE TABLE target {TABLE}")
@@ -133,22 +151,33 @@ def main(rows: int = 200_000, repeat: int = 2) -> None:
         mib = 1024 * 1024
         for size in sizes:
             m, c = job[size], copy[size]
-            print(f"batch of {size:,} rows: job driver peak RSS "
-                  f"{(m['jvm'] + m['python']) / mib:,.0f} MiB (JVM {m['jvm'] / mib:,.0f}, "
-                  f"Python {m['python'] / mib:,.0f}); Spark alone copying it to Parquet: "
-                  f"JVM {c['jvm'] / mib:,.0f} MiB (medians of {repeat})")
+            print(
+                f"batch of {size:,} rows: job driver peak RSS "
+                f"{(m['jvm'] + m['python']) / mib:,.0f} MiB (JVM "
+                f"{m['jvm'] / mib:,.0f}, "
+                f"Python {m['python'] / mib:,.0f}); Spark alone copying it to Parquet: "
+                f"JVM {c['jvm'] / mib:,.0f} MiB (medians of {repeat})"
+            )
         small, large = job[sizes[0]], job[sizes[1]]
         total = (large["jvm"] + large["python"]) / (small["jvm"] + small["python"]) - 1
         python = large["python"] / small["python"] - 1
         alone = copy[sizes[1]]["jvm"] / copy[sizes[0]]["jvm"] - 1
-        print(f"driver memory: a 10x batch grows the job's driver peak RSS by {total:+.0%} "
-              f"(goal < +20%); its Python driver {python:+.0%}; Spark alone (JVM) "
-              f"{alone:+.0%}")
+        print(
+            "driver memory: a 10x batch grows the job's driver peak RSS by "
+            f"{total:+.0%} "
+            f"(goal < +20%); its Python driver {python:+.0%}; Spark alone (JVM) "
+            f"{alone:+.0%}"
+        )
 
 
 def medians(runs: dict[int, list[dict[str, int]]]) -> dict[int, dict[str, float]]:
-    return {size: {kind: statistics.median(m[kind] for m in measured)
-                   for kind in ("jvm", "python")} for size, measured in runs.items()}
+    return {
+        size: {
+            kind: statistics.median(m[kind] for m in measured)
+            for kind in ("jvm", "python")
+        }
+        for size, measured in runs.items()
+    }
 
 
 if __name__ == "__main__":

@@ -20,8 +20,10 @@ from bench.common import Bench, ratio_line, seconds, spark_session
 from wal_sink.job import run_job
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), label STRING, seq BIGINT"
-TABLE = ("(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(12,2), label VARCHAR(32), "
-         "seq BIGINT) ENGINE=InnoDB")
+TABLE = (
+    "(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(12,2), label VARCHAR(32), "
+    "seq BIGINT) ENGINE=InnoDB"
+)
 
 
 def main(rows: int = 400_000, files: int = 4, repeat: int = 3) -> None:
@@ -29,26 +31,47 @@ def main(rows: int = 400_000, files: int = 4, repeat: int = 3) -> None:
         spark = spark_session()
         source = str(bench.dir / "landing")
         spark.range(rows, numPartitions=files).selectExpr(
-            "concat('key-', id) AS k", "cast(id % 1000 AS decimal(12,2)) AS amount",
-            "concat('label-', id) AS label", "id AS seq").write.parquet(source)
-        bench.sql(*(f"CREATE TABLE {t} {TABLE}"
-                    for t in ("job_rows", "job_load", "jdbc_target")))
+            "concat('key-', id) AS k",
+            "cast(id % 1000 AS decimal(12,2)) AS amount",
+            "concat('label-', id) AS label",
+            "id AS seq",
+        ).write.parquet(source)
+        bench.sql(
+            *(
+                f"CREATE TABLE {t} {TABLE}"
+                for t in ("job_rows", "job_load", "jdbc_target")
+            )
+        )
         url = f"jdbc:mysql://127.0.0.1:{bench.mariadb.port}/bench?permitMysqlScheme"
-        credentials = {"user": "sink", "password": os.environ["WAL_SINK_MYSQL_PASSWORD"],
-                       "driver": "org.mariadb.jdbc.Driver"}
+        credentials = {
+            "user": "sink",
+            "password": os.environ["WAL_SINK_MYSQL_PASSWORD"],
+            "driver": "org.mariadb.jdbc.Driver",
+        }
 
         def job(table: str, run: int, **mysql: object) -> None:
             sink_id = f"{table}_{run}"
-            config = bench.config(table, sink_id=sink_id, merge={}, **mysql, sections={
-                "source": {"format": "parquet", "path": source, "schema": SCHEMA,
-                           "options": {"maxFilesPerTrigger": 1}},
-                "job": {"checkpoint": str(bench.dir / f"checkpoint_{sink_id}")},
-            })
+            config = bench.config(
+                table,
+                sink_id=sink_id,
+                merge={},
+                **mysql,
+                sections={
+                    "source": {
+                        "format": "parquet",
+                        "path": source,
+                        "schema": SCHEMA,
+                        "options": {"maxFilesPerTrigger": 1},
+                    },
+                    "job": {"checkpoint": str(bench.dir / f"checkpoint_{sink_id}")},
+                },
+            )
             assert run_job(config, available_now=True, spark=spark) == 0
 
         def jdbc() -> None:
             spark.read.schema(SCHEMA).parquet(source).write.jdbc(
-                url, "jdbc_target", mode="append", properties=credentials)
+                url, "jdbc_target", mode="append", properties=credentials
+            )
 
         # warm-up of both (JIT, class loading, Delta's first snapshot), not counted
         job("job_rows", 0)
@@ -57,19 +80,27 @@ def main(rows: int = 400_000, files: int = 4, repeat: int = 3) -> None:
         for run in range(1, repeat + 1):
             bench.sql("TRUNCATE job_rows", "TRUNCATE job_load", "TRUNCATE jdbc_target")
             row_path.append(rows / seconds(lambda: job("job_rows", run)))
-            load_path.append(rows / seconds(lambda: job("job_load", run,
-                                                        local_infile=True)))
+            load_path.append(
+                rows / seconds(lambda: job("job_load", run, local_infile=True))
+            )
             baseline.append(rows / seconds(jdbc))
-        checksums = {t: bench.sql(f"CHECKSUM TABLE {t}")[0][1]
-                     for t in ("job_rows", "job_load", "jdbc_target")}
+        checksums = {
+            t: bench.sql(f"CHECKSUM TABLE {t}")[0][1]
+            for t in ("job_rows", "job_load", "jdbc_target")
+        }
         assert len(set(checksums.values())) == 1, f"results differ: {checksums}"
-        print(f"rows: {rows} in {files} files; job, row path "
-              f"{[f'{r:,.0f}' for r in row_path]} rows/s; job, LOAD DATA path "
-              f"{[f'{r:,.0f}' for r in load_path]} rows/s; Spark JDBC append "
-              f"{[f'{r:,.0f}' for r in baseline]} rows/s")
+        print(
+            f"rows: {rows} in {files} files; job, row path "
+            f"{[f'{r:,.0f}' for r in row_path]} rows/s; job, LOAD DATA path "
+            f"{[f'{r:,.0f}' for r in load_path]} rows/s; Spark JDBC append "
+            f"{[f'{r:,.0f}' for r in baseline]} rows/s"
+        )
         print(ratio_line("end-to-end ratio, row path", row_path, baseline, ">= 1.0"))
-        print(ratio_line("end-to-end ratio, LOAD DATA path", load_path, baseline,
-                         ">= 1.0"))
+        print(
+            ratio_line(
+                "end-to-end ratio, LOAD DATA path", load_path, baseline, ">= 1.0"
+            )
+        )
         spark.stop()
 
 

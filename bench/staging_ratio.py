@@ -18,19 +18,36 @@ from wal_sink.staging import stage
 def main(rows: int = 2_000_000, repeat: int = 5) -> None:
     spark = spark_session()
     work = Path(tempfile.mkdtemp(prefix="wal-sink-bench-stage-"))
-    df = spark.range(rows).selectExpr(
-        "concat('key-', id % 50000) AS k", "cast(id % 1000 AS decimal(12,2)) AS amount",
-        "concat('label-', id) AS label", "id AS seq").cache()
+    df = (
+        spark.range(rows)
+        .selectExpr(
+            "concat('key-', id % 50000) AS k",
+            "cast(id % 1000 AS decimal(12,2)) AS amount",
+            "concat('label-', id) AS label",
+            "id AS seq",
+        )
+        .cache()
+    )
     df.count()
     stage(df, sink_id="warm", batch_id=0, path=str(work / "warm"))
     ours, baseline = [], []
     for batch_id in range(repeat):
-        ours.append(rows / seconds(lambda: stage(
-            df, sink_id="bench", batch_id=batch_id, path=str(work / "wal"))))
-        baseline.append(rows / seconds(lambda: df.write.mode("overwrite").parquet(
-            str(work / "parquet"))))
-    print(f"rows: {rows}; WAL stage {[f'{r:,.0f}' for r in ours]} rows/s; "
-          f"plain Parquet {[f'{r:,.0f}' for r in baseline]} rows/s")
+        ours.append(
+            rows
+            / seconds(
+                lambda: stage(
+                    df, sink_id="bench", batch_id=batch_id, path=str(work / "wal")
+                )
+            )
+        )
+        baseline.append(
+            rows
+            / seconds(lambda: df.write.mode("overwrite").parquet(str(work / "parquet")))
+        )
+    print(
+        f"rows: {rows}; WAL stage {[f'{r:,.0f}' for r in ours]} rows/s; "
+        f"plain Parquet {[f'{r:,.0f}' for r in baseline]} rows/s"
+    )
     print(ratio_line("staging ratio", ours, baseline, ">= 0.8"))
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)

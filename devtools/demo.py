@@ -58,8 +58,9 @@ def produce(broker: KafkaBroker, feed: InvoiceFeed, done: threading.Event) -> No
     for i in range(MESSAGES):
         producer.send("invoices", json.dumps(feed.message()).encode())
         time.sleep(SECONDS / MESSAGES)
-    producer.send("invoices", json.dumps(
-        feed.closing(datetime.now(timezone.utc))).encode())
+    producer.send(
+        "invoices", json.dumps(feed.closing(datetime.now(timezone.utc))).encode()
+    )
     producer.flush()
     producer.close()
     done.set()
@@ -68,19 +69,27 @@ def produce(broker: KafkaBroker, feed: InvoiceFeed, done: threading.Event) -> No
 def main() -> int:
     # Everything the sink owns: WAL, quarantine, the job's and the parse-error
     # query's checkpoints (a stale one holds offsets of the previous broker).
-    for path in (VAR / "demo", VAR / "wal" / "invoices", VAR / "wal" / "invoices_quarantine",
-                 VAR / "checkpoints" / "invoices",
-                 VAR / "checkpoints" / "invoices_parse_errors"):
+    for path in (
+        VAR / "demo",
+        VAR / "wal" / "invoices",
+        VAR / "wal" / "invoices_quarantine",
+        VAR / "checkpoints" / "invoices",
+        VAR / "checkpoints" / "invoices_parse_errors",
+    ):
         shutil.rmtree(path, ignore_errors=True)
     mariadb = MariaDB(VAR / "demo" / "mariadb", port=33306)
     broker = KafkaBroker(VAR / "demo" / "kafka", port=39092)
     stop_follow = threading.Event()
     try:
-        say("starting a private MariaDB on 127.0.0.1:33306 and Kafka on 127.0.0.1:39092")
+        say(
+            "starting a private MariaDB on 127.0.0.1:33306 and Kafka on 127.0.0.1:39092"
+        )
         mariadb.start()
         mariadb.create_database("shop")
         with mariadb.root("shop") as conn, conn.cursor() as cur:
-            cur.execute((REPO / "sql" / "demo_kpxxb_hzb.sql").read_text().strip().rstrip(";"))
+            cur.execute(
+                (REPO / "sql" / "demo_kpxxb_hzb.sql").read_text().strip().rstrip(";")
+            )
         broker.start()
         broker.create_topic("invoices", partitions=2)
         env = job_env(WAL_SINK_MYSQL_PASSWORD=SINK_PASSWORD)
@@ -88,9 +97,13 @@ def main() -> int:
         threading.Thread(target=follow, args=(log, stop_follow), daemon=True).start()
 
         feed, produced = InvoiceFeed(), threading.Event()
-        say(f"producing {MESSAGES} invoice messages over {SECONDS}s "
-            f"(every {feed.invalid_every}th lacks `magic` and must be ignored)")
-        threading.Thread(target=produce, args=(broker, feed, produced), daemon=True).start()
+        say(
+            f"producing {MESSAGES} invoice messages over {SECONDS}s "
+            f"(every {feed.invalid_every}th lacks `magic` and must be ignored)"
+        )
+        threading.Thread(
+            target=produce, args=(broker, feed, produced), daemon=True
+        ).start()
         say(f"spark-submit jobs/stream_to_mysql.py -c {CONFIG}")
         job = JobProcess(CONFIG, log, env=env)
         wait_for_log(log, "batch 1:", timeout=180)
@@ -98,12 +111,18 @@ def main() -> int:
         say("[bold red]kill -9[/] the job (driver and JVM) in the middle of the stream")
         job.kill()
         time.sleep(2)
-        say("restarting it: it recovers unacked batches, then resumes from its checkpoint")
+        say(
+            "restarting it: it recovers unacked batches, then resumes from its "
+            "checkpoint"
+        )
         job = JobProcess(CONFIG, log, env=env)
         produced.wait()
-        say("all messages produced, then one invoice dated an hour later: it closes every "
+        say(
+            "all messages produced, then one invoice dated an hour later: it closes "
+            "every "
             "earlier 2-second window (its own stays open, so it is not counted below); "
-            f"letting the job catch up (at most {CATCH_UP_SECONDS}s)")
+            f"letting the job catch up (at most {CATCH_UP_SECONDS}s)"
+        )
         wait_for_totals(mariadb, feed.expected, CATCH_UP_SECONDS)
         say("SIGTERM: the job stops after its current batch")
         job.terminate()
@@ -147,21 +166,41 @@ def wait_for_totals(mariadb: MariaDB, expected: dict, timeout: float) -> None:
 def report(mariadb: MariaDB, feed: InvoiceFeed, env: dict[str, str]) -> int:
     mysql = mysql_totals(mariadb)
     expected = dict(feed.expected)
-    table = Table(title="kpxxb_hzb: MySQL vs. totals computed from the produced messages")
-    for col in ("swjg_dm", "fpzt", "hjje (MySQL)", "hjje (expected)", "fs (MySQL)",
-                "fs (expected)", ""):
+    table = Table(
+        title="kpxxb_hzb: MySQL vs. totals computed from the produced messages"
+    )
+    for col in (
+        "swjg_dm",
+        "fpzt",
+        "hjje (MySQL)",
+        "hjje (expected)",
+        "fs (MySQL)",
+        "fs (expected)",
+        "",
+    ):
         table.add_column(col, justify="right" if "(" in col else "left")
     for key in sorted(set(mysql) | set(expected)):
         got, want = mysql.get(key, (Decimal(0), 0)), expected.get(key, (Decimal(0), 0))
-        table.add_row(*key, str(got[0]), str(want[0]), str(got[1]), str(want[1]),
-                      "ok" if got == want else "[red]DIFFERS[/]")
+        table.add_row(
+            *key,
+            str(got[0]),
+            str(want[0]),
+            str(got[1]),
+            str(want[1]),
+            "ok" if got == want else "[red]DIFFERS[/]",
+        )
     console.print(table)
-    subprocess.run([str(Path(sys.executable).with_name("wal-sink")), "-c", CONFIG,
-                    "status"], cwd=REPO, env=env)
+    subprocess.run(
+        [str(Path(sys.executable).with_name("wal-sink")), "-c", CONFIG, "status"],
+        cwd=REPO,
+        env=env,
+    )
     exact = mysql == expected
     valid = sum(c for _, c in expected.values())
-    console.print(f"{valid} valid invoices in {len(expected)} groups; "
-                  f"exact: {'yes' if exact else 'no'}")
+    console.print(
+        f"{valid} valid invoices in {len(expected)} groups; "
+        f"exact: {'yes' if exact else 'no'}"
+    )
     return 0 if exact else 1
 
 

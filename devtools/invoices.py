@@ -18,25 +18,36 @@ def event_time(ts: datetime) -> str:
 
 
 class InvoiceFeed:
-    """Makes messages; ``expected`` holds (swjg_dm, fpzt) -> (hjje, fs) of valid ones."""
+    """Makes messages; ``expected`` holds (swjg_dm, fpzt) -> (hjje, fs) of the
+    valid ones."""
 
     def __init__(self, seed: int = 7, invalid_every: int = 20) -> None:
         self.rng = random.Random(seed)
         self.counter = 0
         self.invalid_every = invalid_every
         self.expected: dict[tuple[str, str], tuple[Decimal, int]] = defaultdict(
-            lambda: (Decimal(0), 0))
+            lambda: (Decimal(0), 0)
+        )
 
-    def message(self, now: datetime | None = None, *, counted: bool = True) -> dict[str, Any]:
+    def message(
+        self, now: datetime | None = None, *, counted: bool = True
+    ) -> dict[str, Any]:
         """A new message; ``counted=False`` leaves it out of ``expected``."""
         self.counter += 1
         office, status = self.rng.choice(OFFICES), self.rng.choice(STATUSES)
         amount = Decimal(self.rng.randint(100, 999_999)) / 100
-        data = {"SWJG_DM": office, "FPZT": status, "JE": str(amount),
-                "KPRQ": event_time(now or datetime.now(timezone.utc))}
+        data = {
+            "SWJG_DM": office,
+            "FPZT": status,
+            "JE": str(amount),
+            "KPRQ": event_time(now or datetime.now(timezone.utc)),
+        }
         msg: dict[str, Any] = {
-            "message": {"headers": {"operation": "INSERT", "changeSequence": str(self.counter)},
-                        "data": data, "beforeData": None},
+            "message": {
+                "headers": {"operation": "INSERT", "changeSequence": str(self.counter)},
+                "data": data,
+                "beforeData": None,
+            },
             "type": "DT",
         }
         if not counted or self.counter % self.invalid_every:  # most are complete
@@ -47,7 +58,9 @@ class InvoiceFeed:
                 self.expected[(office, status)] = (total + amount, count + 1)
         return msg
 
-    def closing(self, after: datetime, ahead: timedelta = timedelta(hours=1)) -> dict[str, Any]:
+    def closing(
+        self, after: datetime, ahead: timedelta = timedelta(hours=1)
+    ) -> dict[str, Any]:
         """A valid invoice dated ``ahead`` later. Spark applies the ``magic`` filter
         before the watermark, so only valid messages move event time: this one closes
         every earlier window, while its own window stays open (not in ``expected``)."""

@@ -40,37 +40,59 @@ class KafkaBroker:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         logs = self.base_dir / "logs"
         props = self.base_dir / "server.properties"
-        props.write_text("\n".join([
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-            f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name=PLAINTEXT",
-            f"log.dirs={logs}",
-            "offsets.topic.replication.factor=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "group.initial.rebalance.delay.ms=0",
-            "num.partitions=2",
-            "auto.create.topics.enable=false",
-        ]) + "\n")
+        props.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                    f"CONTROLLER://127.0.0.1:{self.controller_port}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    "controller.listener.names=CONTROLLER",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    f"log.dirs={logs}",
+                    "offsets.topic.replication.factor=1",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "num.partitions=2",
+                    "auto.create.topics.enable=false",
+                ]
+            )
+            + "\n"
+        )
         if not logs.exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = (
+                base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            )
             # "--cluster-id=ID": a base64 id may start with '-' and read as an option
-            subprocess.run(self._java("kafka.tools.StorageTool", "format",
-                                      f"--cluster-id={cluster_id}", "-c", str(props)),
-                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                self._java(
+                    "kafka.tools.StorageTool",
+                    "format",
+                    f"--cluster-id={cluster_id}",
+                    "-c",
+                    str(props),
+                ),
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         log = open(self.base_dir / "broker.log", "ab")
-        self.process = subprocess.Popen(self._java("kafka.Kafka", str(props)), stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(
+            self._java("kafka.Kafka", str(props)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         while not self._ready():
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Kafka did not start; see {self.base_dir / 'broker.log'}")
+                raise RuntimeError(
+                    f"Kafka did not start; see {self.base_dir / 'broker.log'}"
+                )
             time.sleep(0.5)
 
     def _ready(self) -> bool:
@@ -92,16 +114,16 @@ class KafkaBroker:
 
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
         try:
-            admin.create_topics([NewTopic(name, num_partitions=partitions,
-                                          replication_factor=1)])
+            admin.create_topics(
+                [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+            )
         finally:
             admin.close()
 
     def producer(self):
         from kafka import KafkaProducer
 
-        return KafkaProducer(bootstrap_servers=self.bootstrap, acks="all",
-                             linger_ms=5)
+        return KafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=5)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

@@ -19,7 +19,9 @@ SINK_PASSWORD = "sink-test-password"
 def _binary(name: str) -> str:
     found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
     if not found:
-        raise RuntimeError(f"{name} not found: run `make mariadb` (Debian mariadb-server)")
+        raise RuntimeError(
+            f"{name} not found: run `make mariadb` (Debian mariadb-server)"
+        )
     return found
 
 
@@ -43,23 +45,41 @@ class MariaDB:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         if not self.datadir.exists():
             subprocess.run(
-                [_binary("mariadb-install-db"), "--no-defaults", f"--datadir={self.datadir}",
-                 "--user=root" if os.geteuid() == 0 else f"--user={os.getlogin()}",
-                 "--auth-root-authentication-method=normal", "--skip-test-db"],
-                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    _binary("mariadb-install-db"),
+                    "--no-defaults",
+                    f"--datadir={self.datadir}",
+                    "--user=root" if os.geteuid() == 0 else f"--user={os.getlogin()}",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
         args = [
-            _binary("mariadbd"), "--no-defaults", f"--datadir={self.datadir}",
-            f"--socket={self.socket}", f"--port={self.port}", "--bind-address=127.0.0.1",
+            _binary("mariadbd"),
+            "--no-defaults",
+            f"--datadir={self.datadir}",
+            f"--socket={self.socket}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
             f"--pid-file={self.base_dir / 'mysqld.pid'}",
-            f"--log-error={self.base_dir / 'error.log'}", "--skip-name-resolve",
-            "--innodb-buffer-pool-size=256M", "--max-connections=200",
-            "--innodb-flush-log-at-trx-commit=1", "--local-infile=1",
+            f"--log-error={self.base_dir / 'error.log'}",
+            "--skip-name-resolve",
+            "--innodb-buffer-pool-size=256M",
+            "--max-connections=200",
+            "--innodb-flush-log-at-trx-commit=1",
+            "--local-infile=1",
         ]
         if os.geteuid() == 0:
             args.append("--user=root")
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -67,12 +87,16 @@ class MariaDB:
                 break
             except pymysql.err.OperationalError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
-                    log = (self.base_dir / "error.log").read_text(errors="replace")[-2000:]
+                    log = (self.base_dir / "error.log").read_text(errors="replace")[
+                        -2000:
+                    ]
                     raise RuntimeError(f"MariaDB did not start:\n{log}") from None
                 time.sleep(0.2)
         with self.root() as conn, conn.cursor() as cur:
-            cur.execute(f"CREATE USER IF NOT EXISTS '{SINK_USER}'@'127.0.0.1' "
-                        f"IDENTIFIED BY '{SINK_PASSWORD}'")
+            cur.execute(
+                f"CREATE USER IF NOT EXISTS '{SINK_USER}'@'127.0.0.1' "
+                f"IDENTIFIED BY '{SINK_PASSWORD}'"
+            )
             cur.execute(f"GRANT ALL ON *.* TO '{SINK_USER}'@'127.0.0.1'")
 
     def stop(self) -> None:
@@ -81,8 +105,12 @@ class MariaDB:
             self.process.wait()
 
     def root(self, database: str | None = None) -> pymysql.connections.Connection:
-        return pymysql.connect(unix_socket=str(self.socket), user="root",
-                               database=database, autocommit=True)
+        return pymysql.connect(
+            unix_socket=str(self.socket),
+            user="root",
+            database=database,
+            autocommit=True,
+        )
 
     def create_database(self, name: str) -> None:
         with self.root() as conn, conn.cursor() as cur:

@@ -16,23 +16,37 @@ JOB = "jobs/stream_to_mysql.py"
 
 
 def job_env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", **extra}
+    return {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        **extra,
+    }
 
 
 class JobProcess:
-    """``spark-submit jobs/stream_to_mysql.py -c CONFIG ARGS``, output appended to log."""
+    """``spark-submit jobs/stream_to_mysql.py -c CONFIG ARGS``, its output appended
+    to ``log``."""
 
-    def __init__(self, config: Path | str, log: Path, *args: str,
-                 env: dict[str, str] | None = None,
-                 submit_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        config: Path | str,
+        log: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        submit_args: tuple[str, ...] = (),
+    ) -> None:
         self.log = log
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
-                [SPARK_SUBMIT, *submit_args, JOB, "-c", str(config), *args], cwd=REPO,
-                env=env or job_env(), stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [SPARK_SUBMIT, *submit_args, JOB, "-c", str(config), *args],
+                cwd=REPO,
+                env=env or job_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)

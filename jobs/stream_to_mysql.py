@@ -16,13 +16,19 @@ from wal_sink.exit import exit_now
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="stream_to_mysql.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="stream_to_mysql.py", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("-c", "--config", required=True, help="sink config (TOML)")
-    parser.add_argument("--available-now", action="store_true",
-                        help="drain what is there, then exit")
+    parser.add_argument(
+        "--available-now", action="store_true", help="drain what is there, then exit"
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     logging.getLogger("wal_sink").setLevel(logging.INFO)
     try:
         config = load_config(args.config)

@@ -66,12 +66,16 @@ class Database:
         with self.connect() as conn, conn.cursor() as cur:
             cur.execute(sql, args)
 
-    def run_sql_file(self, name: str, replacements: dict[str, str] | None = None) -> None:
+    def run_sql_file(
+        self, name: str, replacements: dict[str, str] | None = None
+    ) -> None:
         """Execute a file from sql/: comment lines dropped, split on ';'."""
         text = (REPO / "sql" / name).read_text()
         for old, new in (replacements or {}).items():
             text = text.replace(old, new)
-        code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+        code = "\n".join(
+            ln for ln in text.splitlines() if not ln.lstrip().startswith("--")
+        )
         for statement in code.split(";"):
             if statement.strip():
                 self.execute(statement)
@@ -94,18 +98,33 @@ def make_config(db: Database, tmp_path: Path):
     """Factory: ``make_config(table=..., key=[...], merge={...}, ...)`` -> Config."""
     from wal_sink.config import config_from_dict
 
-    def factory(*, sink_id: str = "s1", table: str = "totals", key: list[str] | None = None,
-                merge: dict[str, str] | None = None, version_column: str | None = None,
-                cdc: dict[str, Any] | None = None, wal_path: Path | None = None,
-                checkpoint: Path | None = None, chunk_rows: int = 1000,
-                source: dict[str, Any] | None = None):
-        mysql: dict[str, Any] = {"url": db.url, "table": table, "key": key or ["k"],
-                                 "merge": merge or {}}
+    def factory(
+        *,
+        sink_id: str = "s1",
+        table: str = "totals",
+        key: list[str] | None = None,
+        merge: dict[str, str] | None = None,
+        version_column: str | None = None,
+        cdc: dict[str, Any] | None = None,
+        wal_path: Path | None = None,
+        checkpoint: Path | None = None,
+        chunk_rows: int = 1000,
+        source: dict[str, Any] | None = None,
+    ):
+        mysql: dict[str, Any] = {
+            "url": db.url,
+            "table": table,
+            "key": key or ["k"],
+            "merge": merge or {},
+        }
         if version_column:
             mysql["version_column"] = version_column
         raw: dict[str, Any] = {
             "sink": {"id": sink_id},
-            "wal": {"path": str(wal_path or tmp_path / "wal"), "chunk_rows": chunk_rows},
+            "wal": {
+                "path": str(wal_path or tmp_path / "wal"),
+                "chunk_rows": chunk_rows,
+            },
             "mysql": mysql,
         }
         if checkpoint:

@@ -14,15 +14,33 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-TEXT_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
-              pa.types.is_string, pa.types.is_large_string, pa.types.is_boolean,
-              pa.types.is_timestamp, pa.types.is_date)
-UNQUOTED = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
-            pa.types.is_boolean)
+TEXT_TYPES = (
+    pa.types.is_integer,
+    pa.types.is_floating,
+    pa.types.is_decimal,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_boolean,
+    pa.types.is_timestamp,
+    pa.types.is_date,
+)
+UNQUOTED = (
+    pa.types.is_integer,
+    pa.types.is_floating,
+    pa.types.is_decimal,
+    pa.types.is_boolean,
+)
 # MySQL string literal escapes (as PyMySQL's), backslash first; the session's
 # sql_mode never has NO_BACKSLASH_ESCAPES (db.SESSION_SQL_MODE).
-SQL_ESCAPES = (("\\", "\\\\"), ("\0", "\\0"), ("\n", "\\n"), ("\r", "\\r"),
-               ("\x1a", "\\Z"), ("'", "\\'"), ('"', '\\"'))
+SQL_ESCAPES = (
+    ("\\", "\\\\"),
+    ("\0", "\\0"),
+    ("\n", "\\n"),
+    ("\r", "\\r"),
+    ("\x1a", "\\Z"),
+    ("'", "\\'"),
+    ('"', '\\"'),
+)
 TSV_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
 
 
@@ -34,8 +52,12 @@ def finite(chunk: pa.RecordBatch, columns: Sequence[str]) -> bool:
     """False when a float column holds NaN or infinity, which MySQL cannot store."""
     for name in columns:
         column = chunk.column(name)
-        if pa.types.is_floating(column.type) and not pc.all(
-                pc.or_kleene(pc.is_finite(column), pc.is_null(column))).as_py():
+        if (
+            pa.types.is_floating(column.type)
+            and not pc.all(
+                pc.or_kleene(pc.is_finite(column), pc.is_null(column))
+            ).as_py()
+        ):
             return False
     return True
 
@@ -43,15 +65,18 @@ def finite(chunk: pa.RecordBatch, columns: Sequence[str]) -> bool:
 def tsv(chunk: pa.RecordBatch, columns: Sequence[str]) -> pa.Buffer:
     """LOAD DATA's default format (NULL as \\N, escapes for \\ tab newline CR), one
     line per row, ending with the row's number in the chunk."""
-    fields = [pc.fill_null(_escaped(_as_text(chunk.column(c)), TSV_ESCAPES), "\\N")
-              for c in columns]
+    fields = [
+        pc.fill_null(_escaped(_as_text(chunk.column(c)), TSV_ESCAPES), "\\N")
+        for c in columns
+    ]
     numbers = pa.array(range(chunk.num_rows), pa.int64()).cast(pa.string())
     fields.append(pc.binary_join_element_wise(numbers, "", "\n"))
     return _concatenated(pc.binary_join_element_wise(*fields, "\t"))
 
 
-def sql_rows(chunk: pa.RecordBatch, columns: Sequence[str],
-             max_bytes: int) -> list[str]:
+def sql_rows(
+    chunk: pa.RecordBatch, columns: Sequence[str], max_bytes: int
+) -> list[str]:
     """``(v1,v2,…),(…)`` lists of literals for ``VALUES``, each at most ``max_bytes``
     long unless a single row is longer."""
     fields = []
@@ -59,10 +84,13 @@ def sql_rows(chunk: pa.RecordBatch, columns: Sequence[str],
         column = chunk.column(name)
         text = _as_text(column)
         if not any(check(column.type) for check in UNQUOTED):
-            text = pc.binary_join_element_wise("'", _escaped(text, SQL_ESCAPES), "'", "")
+            text = pc.binary_join_element_wise(
+                "'", _escaped(text, SQL_ESCAPES), "'", ""
+            )
         fields.append(pc.fill_null(text, "NULL"))
-    rows = pc.binary_join_element_wise("(", pc.binary_join_element_wise(*fields, ","),
-                                       "),", "")
+    rows = pc.binary_join_element_wise(
+        "(", pc.binary_join_element_wise(*fields, ","), "),", ""
+    )
     ends = pc.cumulative_sum(pc.binary_length(rows)).to_pylist()
     lists, first, base = [], 0, 0
     for i, end in enumerate(ends):
@@ -91,7 +119,8 @@ def _concatenated(lines: pa.Array) -> pa.Buffer:
     """The values of a string array without nulls, back to back: its value buffer
     between the first and the last offset, without a Python string per value."""
     offset_type = pa.int64() if pa.types.is_large_string(lines.type) else pa.int32()
-    offsets = pa.Array.from_buffers(offset_type, len(lines) + 1,
-                                    [None, lines.buffers()[1]], offset=lines.offset)
+    offsets = pa.Array.from_buffers(
+        offset_type, len(lines) + 1, [None, lines.buffers()[1]], offset=lines.offset
+    )
     first, last = offsets[0].as_py(), offsets[-1].as_py()
     return lines.buffers()[2].slice(first, last - first)

@@ -8,7 +8,8 @@ row path spends most of its time. LOAD DATA LOCAL turns data errors into warning
 (the server cannot stop the client's file), so the staging table holds every value
 as text — nothing to convert, nothing to truncate — and any warning still sends the
 chunk to the row path. The conversion into the target's types happens in the
-INSERT … SELECT, where strict mode keeps errors errors. It needs the server's ``local_infile`` and MariaDB
+INSERT … SELECT, where strict mode keeps errors errors. It needs the server's
+``local_infile`` and MariaDB
 (whose ``VALUES()`` works with ``INSERT … SELECT``); anything it cannot take — a
 server that refuses, a type without a text form here, a row MySQL rejects — falls
 back to the row path for that chunk, which isolates and quarantines bad rows.
@@ -48,16 +49,22 @@ class BulkLoadWarned(Exception):
 
 
 class BulkLoader:
-    def __init__(self, target: Table, columns: Sequence[str], mysql: MysqlConfig,
-                 sink_id: str) -> None:
+    def __init__(
+        self, target: Table, columns: Sequence[str], mysql: MysqlConfig, sink_id: str
+    ) -> None:
         self.target = target
         self.columns = list(columns)
-        self.staging_name = f"_wal_sink_load_{zlib.crc32(f'{sink_id}/{target.name}'.encode())}"
+        self.staging_name = (
+            f"_wal_sink_load_{zlib.crc32(f'{sink_id}/{target.name}'.encode())}"
+        )
         staging = table(self.staging_name, *[literal_column(c) for c in columns])
-        source = select(*[staging.c[c] for c in columns]).order_by(literal_column(ROW_COLUMN))
+        source = select(*[staging.c[c] for c in columns]).order_by(
+            literal_column(ROW_COLUMN)
+        )
         stmt = insert(target).from_select(self.columns, source)
         self.upsert = stmt.on_duplicate_key_update(
-            update_assignments(target, self.columns, mysql, stmt.inserted))
+            update_assignments(target, self.columns, mysql, stmt.inserted)
+        )
 
     @staticmethod
     def supports(conn: Connection, schema: pa.Schema) -> bool:
@@ -75,18 +82,24 @@ class BulkLoader:
         # temp space bounded by a chunk. Neither statement ends the transaction when
         # the table is TEMPORARY. The key on the row number spares a sort.
         conn.execute(text(f"DROP TEMPORARY TABLE IF EXISTS {staging}"))
-        conn.execute(text(
-            f"CREATE TEMPORARY TABLE {staging} ({text_columns}, "
-            f"{ROW_COLUMN} BIGINT NOT NULL PRIMARY KEY) ENGINE=InnoDB"))
+        conn.execute(
+            text(
+                f"CREATE TEMPORARY TABLE {staging} ({text_columns}, "
+                f"{ROW_COLUMN} BIGINT NOT NULL PRIMARY KEY) ENGINE=InnoDB"
+            )
+        )
         fd, path = tempfile.mkstemp(prefix="wal-sink-load-", suffix=".tsv")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(tsv(chunk, self.columns))
             try:
                 conn.exec_driver_sql(
-                    f"LOAD DATA LOCAL INFILE %s INTO TABLE {staging} CHARACTER SET utf8mb4"
-                    " FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n'"
-                    f" ({names}, {ROW_COLUMN})", (path,))
+                    f"LOAD DATA LOCAL INFILE %s INTO TABLE {staging} CHARACTER SET "
+                    "utf8mb4 FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\'"
+                    " LINES TERMINATED BY '\\n'"
+                    f" ({names}, {ROW_COLUMN})",
+                    (path,),
+                )
             except DBAPIError as e:
                 if error_code(e) in LOCAL_INFILE_REFUSED:
                     raise BulkLoadRefused(str(e.orig)) from e

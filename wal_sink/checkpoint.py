@@ -22,7 +22,8 @@ def batch_timestamp_ms(spark: SparkSession, location: str, batch_id: int) -> int
     stream = fs.open(path)
     try:
         reader = spark.sparkContext._jvm.java.io.BufferedReader(
-            spark.sparkContext._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            spark.sparkContext._jvm.java.io.InputStreamReader(stream, "UTF-8")
+        )
         reader.readLine()  # version line
         metadata = json.loads(reader.readLine() or "{}")
     finally:
@@ -39,6 +40,9 @@ def last_planned_batch(spark: SparkSession, location: str) -> int | None:
     fs, offsets = _fs_path(spark, location.rstrip("/") + "/offsets")
     if not fs.exists(offsets):
         return None
-    ids = [int(s.getPath().getName()) for s in fs.listStatus(offsets)
-           if s.getPath().getName().isdigit()]
+    ids = [
+        int(s.getPath().getName())
+        for s in fs.listStatus(offsets)
+        if s.getPath().getName().isdigit()
+    ]
     return max(ids, default=None)

@@ -41,6 +41,7 @@ err = Console(stderr=True, highlight=False)
 
 def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn expected failures into one line on stderr and the contract's exit code."""
+
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -53,6 +54,7 @@ def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             code = error_code(e)
             detail = str(e.orig).strip().splitlines()[0] if e.orig else type(e).__name__
             _fail(f"MySQL error{f' {code}' if code else ''}: {detail}", EXIT_FAILED)
+
     return wrapper
 
 
@@ -62,9 +64,15 @@ def _fail(message: str, code: int) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-c", "--config", "config_path", envvar="WAL_SINK_CONFIG",
-              type=click.Path(dir_okay=False), required=True,
-              help="Sink config (TOML); or set WAL_SINK_CONFIG.")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    envvar="WAL_SINK_CONFIG",
+    type=click.Path(dir_okay=False),
+    required=True,
+    help="Sink config (TOML); or set WAL_SINK_CONFIG.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log what the library does.")
 @click.pass_context
 def main(ctx: click.Context, config_path: str, verbose: bool) -> None:
@@ -72,8 +80,10 @@ def main(ctx: click.Context, config_path: str, verbose: bool) -> None:
 
     Example: wal-sink -c conf/local.toml status
     """
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     ctx.obj = config_path
 
 
@@ -121,21 +131,40 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(st.to_json(), sort_keys=True, indent=2))
         return
-    table = RichTable(title=f"sink {st.sink_id}", show_header=False, title_justify="left")
+    table = RichTable(
+        title=f"sink {st.sink_id}", show_header=False, title_justify="left"
+    )
     table.add_column(style="bold")
     table.add_column()
-    unacked = ", ".join(map(str, st.unacked[:20])) + (" …" if len(st.unacked) > 20 else "")
+    unacked = ", ".join(map(str, st.unacked[:20])) + (
+        " …" if len(st.unacked) > 20 else ""
+    )
     for label, value in [
         ("WAL", st.wal_path + ("" if st.wal_exists else "  (nothing staged yet)")),
-        ("staged batches", f"{st.staged_batches}  ({_span(st.staged_first, st.staged_last)})"),
+        (
+            "staged batches",
+            f"{st.staged_batches}  ({_span(st.staged_first, st.staged_last)})",
+        ),
         ("last staged", _maybe(st.last_staged_txn)),
-        ("acked batches", f"{st.acked_batches}  ({_span(st.acked_first, st.acked_last)})"),
+        (
+            "acked batches",
+            f"{st.acked_batches}  ({_span(st.acked_first, st.acked_last)})",
+        ),
         ("unacked", f"{len(st.unacked)}" + (f": {unacked}" if st.unacked else "")),
-        ("rows applied", f"{st.rows_applied} upserted, {st.rows_deleted} deleted, "
-                         f"{st.rows_quarantined} quarantined"),
-        ("WAL size", f"{st.wal_rows} rows, {st.wal_files} files, {_bytes(st.wal_bytes)}"),
-        ("last commit", _maybe(st.last_commit_at) + (
-            f"  ({st.lag_seconds:.1f}s ago)" if st.lag_seconds is not None else "")),
+        (
+            "rows applied",
+            f"{st.rows_applied} upserted, {st.rows_deleted} deleted, "
+            f"{st.rows_quarantined} quarantined",
+        ),
+        (
+            "WAL size",
+            f"{st.wal_rows} rows, {st.wal_files} files, {_bytes(st.wal_bytes)}",
+        ),
+        (
+            "last commit",
+            _maybe(st.last_commit_at)
+            + (f"  ({st.lag_seconds:.1f}s ago)" if st.lag_seconds is not None else ""),
+        ),
         ("lag", f"{_maybe(st.lag_batches)} batch(es) staged beyond the last ack"),
         ("lease", f"epoch {_maybe(st.lease_epoch)}, {_maybe(st.lease_holder)}"),
     ]:
@@ -164,17 +193,26 @@ def recover(ctx: click.Context) -> None:
 
 
 @main.command()
-@click.option("--from", "first", type=click.IntRange(min=0), required=True,
-              help="First batch id.")
-@click.option("--to", "last", type=click.IntRange(min=0), required=True,
-              help="Last batch id (inclusive).")
-@click.option("--force", is_flag=True, help="Re-apply batches that already have an ack.")
+@click.option(
+    "--from", "first", type=click.IntRange(min=0), required=True, help="First batch id."
+)
+@click.option(
+    "--to",
+    "last",
+    type=click.IntRange(min=0),
+    required=True,
+    help="Last batch id (inclusive).",
+)
+@click.option(
+    "--force", is_flag=True, help="Re-apply batches that already have an ack."
+)
 @click.option("--dry-run", is_flag=True, help="Say what would happen; change nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask before re-adding `add` columns.")
 @click.pass_context
 @_one_line_errors
-def replay(ctx: click.Context, first: int, last: int, force: bool, dry_run: bool,
-           yes: bool) -> None:
+def replay(
+    ctx: click.Context, first: int, last: int, force: bool, dry_run: bool, yes: bool
+) -> None:
     """Re-apply staged batches --from N --to M, in order, through the committer.
 
     Acked batches are skipped unless --force. Takes the lease: a running job of this
@@ -189,25 +227,36 @@ def replay(ctx: click.Context, first: int, last: int, force: bool, dry_run: bool
     with _instance(ctx) as sink:
         plan = plan_replay(sink, first, last, force=force)
         verb = "would apply" if dry_run else "applying"
-        out.print(f"{verb} {len(plan.apply)} batch(es), {plan.rows} rows"
-                  + (f": {_ids(plan.apply)}" if plan.apply else ""))
+        out.print(
+            f"{verb} {len(plan.apply)} batch(es), {plan.rows} rows"
+            + (f": {_ids(plan.apply)}" if plan.apply else "")
+        )
         if plan.skipped_acked:
-            out.print(f"skipping acked batch(es) {_ids(plan.skipped_acked)} "
-                      "(use --force to re-apply)")
+            out.print(
+                f"skipping acked batch(es) {_ids(plan.skipped_acked)} "
+                "(use --force to re-apply)"
+            )
         if plan.missing:
             out.print(f"not in the WAL (never staged or purged): {_ids(plan.missing)}")
         if plan.re_adds:
-            warning = (f"batch(es) {_ids(plan.reapplied_acked)} are already applied: "
-                       f"replaying adds their values to {', '.join(plan.add_columns)} "
-                       "AGAIN")
+            warning = (
+                f"batch(es) {_ids(plan.reapplied_acked)} are already applied: "
+                f"replaying adds their values to {', '.join(plan.add_columns)} "
+                "AGAIN"
+            )
             err.print(f"warning: {warning}")
             if not dry_run and not yes and not click.confirm("Continue?", err=True):
                 _fail("replay cancelled; nothing changed", EXIT_FAILED)
         if dry_run or not plan.apply:
             return
-        with Progress(TextColumn("batch {task.fields[batch]}"), BarColumn(),
-                      MofNCompleteColumn(), console=err, transient=True,
-                      disable=not err.is_terminal) as progress:
+        with Progress(
+            TextColumn("batch {task.fields[batch]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        ) as progress:
             task = progress.add_task("replay", total=plan.rows or 1, batch="")
             base = {"rows": 0}
 
@@ -218,27 +267,51 @@ def replay(ctx: click.Context, first: int, last: int, force: bool, dry_run: bool
                 base["rows"] += result.rows + result.deleted
                 progress.update(task, completed=base["rows"], batch=result.batch_id)
 
-            results = run_replay(sink, plan, force=force, on_chunk=chunk_done,
-                                 on_batch=batch_done)
+            results = run_replay(
+                sink, plan, force=force, on_chunk=chunk_done, on_batch=batch_done
+            )
     for r in results:
-        out.print(f"batch {r.batch_id}: " + (
-            f"{r.rows} rows upserted, {r.deleted} deleted" if r.applied
-            else "already applied, skipped"))
+        out.print(
+            f"batch {r.batch_id}: "
+            + (
+                f"{r.rows} rows upserted, {r.deleted} deleted"
+                if r.applied
+                else "already applied, skipped"
+            )
+        )
 
 
 @main.command()
 @click.option("--before", type=click.IntRange(min=0), help="Batches with id < N.")
-@click.option("--older-than", "older_than", help="Batches acked longer ago, e.g. '7 days'.")
-@click.option("--dry-run", is_flag=True, help="Say what would be removed; change nothing.")
-@click.option("--vacuum", "do_vacuum", is_flag=True,
-              help="Also delete unreferenced files (purged batches, crash leftovers).")
-@click.option("--retain", default="1 hour", show_default=True,
-              help="--vacuum keeps unreferenced files younger than this; keep it above "
-                   "your longest batch write while a job runs.")
+@click.option(
+    "--older-than", "older_than", help="Batches acked longer ago, e.g. '7 days'."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Say what would be removed; change nothing."
+)
+@click.option(
+    "--vacuum",
+    "do_vacuum",
+    is_flag=True,
+    help="Also delete unreferenced files (purged batches, crash leftovers).",
+)
+@click.option(
+    "--retain",
+    default="1 hour",
+    show_default=True,
+    help="--vacuum keeps unreferenced files younger than this; keep it above "
+    "your longest batch write while a job runs.",
+)
 @click.pass_context
 @_one_line_errors
-def purge(ctx: click.Context, before: int | None, older_than: str | None, dry_run: bool,
-          do_vacuum: bool, retain: str) -> None:
+def purge(
+    ctx: click.Context,
+    before: int | None,
+    older_than: str | None,
+    dry_run: bool,
+    do_vacuum: bool,
+    retain: str,
+) -> None:
     """Remove acked batches from the WAL; batches without an ack are never removed.
 
     Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
@@ -246,21 +319,28 @@ def purge(ctx: click.Context, before: int | None, older_than: str | None, dry_ru
     from wal_sink.purge import plan_purge
 
     if (before is None) == (older_than is None):
-        raise click.UsageError("give exactly one of --before N or --older-than DURATION")
+        raise click.UsageError(
+            "give exactly one of --before N or --older-than DURATION"
+        )
     try:
         age = parse_duration(older_than) if older_than is not None else None
         retain_seconds = parse_duration(retain)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     with _instance(ctx) as sink:
-        plan = plan_purge(sink.engine, sink.ack, sink.wal, sink.sink_id,
-                          before=before, older_than=age)
+        plan = plan_purge(
+            sink.engine, sink.ack, sink.wal, sink.sink_id, before=before, older_than=age
+        )
         verb = "would remove" if dry_run else "removing"
-        out.print(f"{verb} {len(plan.remove)} acked batch(es), {plan.rows} rows, "
-                  f"{_bytes(plan.bytes)}" + (f": {_ids(plan.remove)}" if plan.remove else ""))
+        out.print(
+            f"{verb} {len(plan.remove)} acked batch(es), {plan.rows} rows, "
+            f"{_bytes(plan.bytes)}" + (f": {_ids(plan.remove)}" if plan.remove else "")
+        )
         if plan.kept_unacked:
-            out.print(f"keeping unacked batch(es) {_ids(plan.kept_unacked)}: "
-                      "run `wal-sink recover` to apply them")
+            out.print(
+                f"keeping unacked batch(es) {_ids(plan.kept_unacked)}: "
+                "run `wal-sink recover` to apply them"
+            )
         if not sink.wal.exists() or (dry_run and not do_vacuum):
             return
         from wal_sink.purge import execute_purge
@@ -271,7 +351,9 @@ def purge(ctx: click.Context, before: int | None, older_than: str | None, dry_ru
         if not dry_run:
             execute_purge(spark, sink.config.wal_path, plan)
         if do_vacuum:
-            result = vacuum(spark, sink.config.wal_path, retain_seconds, dry_run=dry_run)
+            result = vacuum(
+                spark, sink.config.wal_path, retain_seconds, dry_run=dry_run
+            )
             verb = "vacuum would free" if dry_run else "vacuum freed"
             out.print(f"{verb} {_bytes(result.bytes)} in {result.files} file(s)")
         spark.stop()
@@ -279,13 +361,23 @@ def purge(ctx: click.Context, before: int | None, older_than: str | None, dry_ru
 
 @main.command()
 @click.argument("batch_id", type=click.IntRange(min=0), required=False)
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1),
-              help="Rows to show.")
-@click.option("--quarantine", is_flag=True,
-              help="Show quarantined records and why (of batch N, if given).")
+@click.option(
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows to show.",
+)
+@click.option(
+    "--quarantine",
+    is_flag=True,
+    help="Show quarantined records and why (of batch N, if given).",
+)
 @click.pass_context
 @_one_line_errors
-def inspect(ctx: click.Context, batch_id: int | None, limit: int, quarantine: bool) -> None:
+def inspect(
+    ctx: click.Context, batch_id: int | None, limit: int, quarantine: bool
+) -> None:
     """Show the rows of staged batch N in apply order, or quarantined records.
 
     Example: wal-sink -c conf/local.toml inspect 42 --limit 5
@@ -298,25 +390,37 @@ def inspect(ctx: click.Context, batch_id: int | None, limit: int, quarantine: bo
             from wal_sink.quarantine import Quarantine
 
             entries = Quarantine(sink.config.quarantine_path, sink.sink_id).read(
-                limit, batch_id)
-            table = RichTable(title=f"quarantine {sink.config.quarantine_path}: "
-                                    f"showing {len(entries)}", title_justify="left")
+                limit, batch_id
+            )
+            table = RichTable(
+                title=f"quarantine {sink.config.quarantine_path}: "
+                f"showing {len(entries)}",
+                title_justify="left",
+            )
             for name in ("batch", "reason", "record", "recorded at"):
                 table.add_column(name, overflow="fold")
             for e in entries:
-                table.add_row(str(e["batch_id"]), e["reason"], e["record"],
-                              e["recorded_at"].isoformat(timespec="seconds"))
+                table.add_row(
+                    str(e["batch_id"]),
+                    e["reason"],
+                    e["record"],
+                    e["recorded_at"].isoformat(timespec="seconds"),
+                )
             out.print(table)
             return
         batch = sink.wal.staged_batch(batch_id)
         if batch is None:
-            _fail(f"batch {batch_id} is not in the WAL (never staged, or purged)",
-                  EXIT_FAILED)
+            _fail(
+                f"batch {batch_id} is not in the WAL (never staged, or purged)",
+                EXIT_FAILED,
+            )
         rows = sink.wal.head(batch, limit)
-    table = RichTable(title=f"batch {batch_id}: {batch.rows} rows in "
-                            f"{len(batch.files)} file(s), showing {len(rows)}",
-                      title_justify="left")
-    for name in (rows[0].keys() if rows else []):
+    table = RichTable(
+        title=f"batch {batch_id}: {batch.rows} rows in "
+        f"{len(batch.files)} file(s), showing {len(rows)}",
+        title_justify="left",
+    )
+    for name in rows[0].keys() if rows else []:
         table.add_column(name)
     for row in rows:
         table.add_row(*("NULL" if v is None else str(v) for v in row.values()))

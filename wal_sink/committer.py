@@ -81,7 +81,9 @@ class CommitResult:
 class Committer:
     """Applies staged batches of one sink, as the holder of lease ``epoch``."""
 
-    def __init__(self, config: Config, engine: Engine, wal: WalReader, epoch: int) -> None:
+    def __init__(
+        self, config: Config, engine: Engine, wal: WalReader, epoch: int
+    ) -> None:
         self.config = config
         self.engine = engine
         self.wal = wal
@@ -101,8 +103,13 @@ class Committer:
             self._target = reflect_target(self.engine, self.config.mysql.table)
         return self._target
 
-    def apply(self, batch_id: int, *, force: bool = False,
-              on_chunk: ChunkCallback | None = None) -> CommitResult:
+    def apply(
+        self,
+        batch_id: int,
+        *,
+        force: bool = False,
+        on_chunk: ChunkCallback | None = None,
+    ) -> CommitResult:
         """Apply staged batch ``batch_id`` exactly once, retrying transient errors.
 
         The whole transaction is retried — never single statements — with capped
@@ -134,10 +141,17 @@ class Committer:
             except TransientError as e:
                 if attempt > mysql.retry_attempts:
                     raise
-                wait = min(mysql.retry_backoff_max, mysql.retry_backoff * 2 ** (attempt - 1))
+                wait = min(
+                    mysql.retry_backoff_max, mysql.retry_backoff * 2 ** (attempt - 1)
+                )
                 wait *= random.uniform(0.5, 1.0)
-                log.warning("%s; retry %d/%d of the batch transaction in %.1fs",
-                            e, attempt, mysql.retry_attempts, wait)
+                log.warning(
+                    "%s; retry %d/%d of the batch transaction in %.1fs",
+                    e,
+                    attempt,
+                    mysql.retry_attempts,
+                    wait,
+                )
                 time.sleep(wait)
         raise AssertionError("unreachable")
 
@@ -147,14 +161,17 @@ class Committer:
         try:
             with self.engine.connect() as conn:
                 row = conn.execute(
-                    select(a.row_count, a.deleted_count, a.quarantined, a.committed_at)
-                    .where(self._ack_row(batch_id))).first()
+                    select(
+                        a.row_count, a.deleted_count, a.quarantined, a.committed_at
+                    ).where(self._ack_row(batch_id))
+                ).first()
         except DBAPIError as e:
             raise self._wrap(e, batch_id) from e
         return tuple(row) if row else None
 
-    def _apply_once(self, batch_id: int, *, force: bool,
-                    on_chunk: ChunkCallback | None) -> CommitResult:
+    def _apply_once(
+        self, batch_id: int, *, force: bool, on_chunk: ChunkCallback | None
+    ) -> CommitResult:
         started = time.monotonic()
         self.wal.refresh()
         batch = self.wal.staged_batch(batch_id)
@@ -162,15 +179,24 @@ class Committer:
             target = self.target()
             with self.engine.connect() as conn, conn.begin() as tx:
                 # Step 1. Fencing.
-                check_lease(conn, self.lease, self.sink_id, self.epoch, lock=True,
-                            batch_id=batch_id)
+                check_lease(
+                    conn,
+                    self.lease,
+                    self.sink_id,
+                    self.epoch,
+                    lock=True,
+                    batch_id=batch_id,
+                )
                 # Step 2. The ack row first: its primary key stops a second apply.
                 if force:
                     conn.execute(delete(self.ack).where(self._ack_row(batch_id)))
                 if not self._insert_ack(conn, batch_id):
                     tx.rollback()
-                    log.info("sink %s batch %s already applied; skipped",
-                             self.sink_id, batch_id)
+                    log.info(
+                        "sink %s batch %s already applied; skipped",
+                        self.sink_id,
+                        batch_id,
+                    )
                     return CommitResult(batch_id, applied=False)
                 # Step 3. The staged rows, in bounded chunks and staged order; rows
                 # with a null key or values MySQL rejects are set aside.
@@ -178,8 +204,12 @@ class Committer:
                 self.quarantine.record(batch_id, bad)
                 # Step 4. Complete the ack row.
                 conn.execute(
-                    update(self.ack).where(self._ack_row(batch_id)).values(
-                        row_count=rows, deleted_count=deleted, quarantined=len(bad),
+                    update(self.ack)
+                    .where(self._ack_row(batch_id))
+                    .values(
+                        row_count=rows,
+                        deleted_count=deleted,
+                        quarantined=len(bad),
                         committed_at=func.now(6),
                     )
                 )
@@ -188,14 +218,27 @@ class Committer:
             faults.hit("commit.after_commit", batch_id)
         except DBAPIError as e:
             raise self._wrap(e, batch_id) from e
-        result = CommitResult(batch_id, True, rows, deleted, len(bad),
-                              time.monotonic() - started)
-        log.info("sink %s batch %s applied: %s rows, %s deleted, %s quarantined in %.3fs",
-                 self.sink_id, batch_id, rows, deleted, len(bad), result.seconds)
+        result = CommitResult(
+            batch_id, True, rows, deleted, len(bad), time.monotonic() - started
+        )
+        log.info(
+            "sink %s batch %s applied: %s rows, %s deleted, %s quarantined in %.3fs",
+            self.sink_id,
+            batch_id,
+            rows,
+            deleted,
+            len(bad),
+            result.seconds,
+        )
         if bad:
-            log.warning("sink %s batch %s: %d row(s) quarantined in %s, first: %s",
-                        self.sink_id, batch_id, len(bad), self.quarantine.path,
-                        bad[0].reason)
+            log.warning(
+                "sink %s batch %s: %d row(s) quarantined in %s, first: %s",
+                self.sink_id,
+                batch_id,
+                len(bad),
+                self.quarantine.path,
+                bad[0].reason,
+            )
         return result
 
     # --- steps ----------------------------------------------------------------
@@ -206,19 +249,30 @@ class Committer:
     def _insert_ack(self, conn: Connection, batch_id: int) -> bool:
         # A failed statement does not end a MySQL transaction; the caller rolls back.
         try:
-            conn.execute(self.ack.insert().values(
-                sink_id=self.sink_id, batch_id=batch_id, row_count=0,
-                deleted_count=0, quarantined=0, epoch=self.epoch,
-                committed_at=func.now(6),
-            ))
+            conn.execute(
+                self.ack.insert().values(
+                    sink_id=self.sink_id,
+                    batch_id=batch_id,
+                    row_count=0,
+                    deleted_count=0,
+                    quarantined=0,
+                    epoch=self.epoch,
+                    committed_at=func.now(6),
+                )
+            )
         except IntegrityError as e:
             if error_code(e) == DUPLICATE_KEY:
                 return False
             raise
         return True
 
-    def _apply_rows(self, conn: Connection, target: Table, batch: StagedBatch | None,
-                    on_chunk: ChunkCallback | None) -> tuple[int, int, list[Entry]]:
+    def _apply_rows(
+        self,
+        conn: Connection,
+        target: Table,
+        batch: StagedBatch | None,
+        on_chunk: ChunkCallback | None,
+    ) -> tuple[int, int, list[Entry]]:
         """Apply the batch in staged order; return (upserted, deleted, set aside)."""
         if batch is None:
             return 0, 0, []
@@ -229,32 +283,45 @@ class Committer:
         bad: list[Entry] = []
         for chunk in self.wal.read_batch(batch, self.config.wal.chunk_rows):
             if upsert is None:
-                columns = [c for c in chunk.schema.names if not cdc or c != cdc.op_column]
+                columns = [
+                    c for c in chunk.schema.names if not cdc or c != cdc.op_column
+                ]
                 upsert = build_upsert(target, columns, mysql)
                 if not cdc:
-                    multi = MultiRowUpsert.for_schema(conn, upsert, columns, chunk.schema)
+                    multi = MultiRowUpsert.for_schema(
+                        conn, upsert, columns, chunk.schema
+                    )
                     if mysql.local_infile and BulkLoader.supports(conn, chunk.schema):
                         loader = BulkLoader(target, columns, mysql, self.sink_id)
             applied = None if cdc else self._apply_rendered(conn, chunk, loader, multi)
             if applied is not None:
                 rows += applied
             else:
-                for is_delete, run in _runs(chunk, cdc.op_column if cdc else None,
-                                            cdc.delete_values if cdc else ()):
+                for is_delete, run in _runs(
+                    chunk,
+                    cdc.op_column if cdc else None,
+                    cdc.delete_values if cdc else (),
+                ):
                     run = _drop_null_keys(run, mysql.key, bad)
                     if is_delete:
                         params = [{k: r[k] for k in mysql.key} for r in run]
                         deleted += _isolating(conn, remove, params, bad)
                     else:
-                        rows += _isolating(conn, upsert, _drop_non_finite(run, bad), bad)
+                        rows += _isolating(
+                            conn, upsert, _drop_non_finite(run, bad), bad
+                        )
             done += chunk.num_rows
             if on_chunk is not None:
                 on_chunk(done, batch.rows)
         return rows, deleted, bad
 
-    def _apply_rendered(self, conn: Connection, chunk: pa.RecordBatch,
-                        loader: BulkLoader | None,
-                        multi: MultiRowUpsert | None) -> int | None:
+    def _apply_rendered(
+        self,
+        conn: Connection,
+        chunk: pa.RecordBatch,
+        loader: BulkLoader | None,
+        multi: MultiRowUpsert | None,
+    ) -> int | None:
         """Apply a chunk rendered in Arrow (LOAD DATA if enabled, else multi-row
         INSERTs); None means: let the driver render it value by value, which
         quarantines null keys and isolates rows MySQL rejects."""
@@ -268,9 +335,12 @@ class Committer:
             return self._attempt(conn, multi.apply, chunk)
         return None
 
-    def _attempt(self, conn: Connection,
-                 apply: Callable[[Connection, pa.RecordBatch], int],
-                 chunk: pa.RecordBatch) -> int | None:
+    def _attempt(
+        self,
+        conn: Connection,
+        apply: Callable[[Connection, pa.RecordBatch], int],
+        chunk: pa.RecordBatch,
+    ) -> int | None:
         """``apply`` under a savepoint; None when it refused or MySQL rejected a row."""
         savepoint = conn.begin_nested()
         try:
@@ -278,9 +348,13 @@ class Committer:
         except BulkLoadRefused as e:
             savepoint.rollback()
             self._bulk_load_allowed = False
-            log.warning("sink %s: LOAD DATA LOCAL INFILE refused (%s); using multi-row "
-                        "INSERTs instead. Set local_infile=1 on the server, or "
-                        "mysql.local_infile = false", self.sink_id, first_line(e))
+            log.warning(
+                "sink %s: LOAD DATA LOCAL INFILE refused (%s); using multi-row "
+                "INSERTs instead. Set local_infile=1 on the server, or "
+                "mysql.local_infile = false",
+                self.sink_id,
+                first_line(e),
+            )
             return None
         except BulkLoadWarned:
             savepoint.rollback()
@@ -298,32 +372,43 @@ class Committer:
         reason = f"MySQL error {code}: {first_line(e.orig)}" if code else first_line(e)
         if is_transient(e):
             return TransientError(reason, sink_id=self.sink_id, batch_id=batch_id)
-        return TerminalError(reason, sink_id=self.sink_id, batch_id=batch_id,
-                             table=self.config.mysql.table)
+        return TerminalError(
+            reason,
+            sink_id=self.sink_id,
+            batch_id=batch_id,
+            table=self.config.mysql.table,
+        )
 
 
 def reflect_target(engine: Engine, name: str) -> Table:
     """Reflect the target table, refusing a missing or non-transactional one."""
     with engine.connect() as conn:
         engine_name = conn.execute(
-            text("SELECT ENGINE FROM information_schema.TABLES "
-                 "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"),
+            text(
+                "SELECT ENGINE FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
+            ),
             {"t": name},
         ).scalar_one_or_none()
         if engine_name is None:
-            raise TerminalError("target table does not exist; create it first", table=name)
+            raise TerminalError(
+                "target table does not exist; create it first", table=name
+            )
         if engine_name.upper() != "INNODB":
             raise TerminalError(
                 f"target table uses {engine_name}; it must be InnoDB (transactional) "
-                "for batches to be applied atomically", table=name)
+                "for batches to be applied atomically",
+                table=name,
+            )
         try:
             return Table(name, MetaData(), autoload_with=conn)
         except NoSuchTableError:
             raise TerminalError("target table does not exist", table=name) from None
 
 
-def _runs(chunk: pa.RecordBatch, op_column: str | None,
-          delete_values: tuple[str, ...]) -> Iterator[tuple[bool, list[dict[str, Any]]]]:
+def _runs(
+    chunk: pa.RecordBatch, op_column: str | None, delete_values: tuple[str, ...]
+) -> Iterator[tuple[bool, list[dict[str, Any]]]]:
     """Split a chunk into consecutive runs of upserts and deletes, order kept."""
     rows = _python_rows(chunk)
     if op_column is None:
@@ -352,8 +437,9 @@ def _python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:
     return pa.RecordBatch.from_arrays(columns, names=chunk.schema.names).to_pylist()
 
 
-def _drop_null_keys(run: list[dict[str, Any]], key: tuple[str, ...],
-                    bad: list[Entry]) -> list[dict[str, Any]]:
+def _drop_null_keys(
+    run: list[dict[str, Any]], key: tuple[str, ...], bad: list[Entry]
+) -> list[dict[str, Any]]:
     kept = []
     for row in run:
         missing = [k for k in key if row.get(k) is None]
@@ -364,22 +450,32 @@ def _drop_null_keys(run: list[dict[str, Any]], key: tuple[str, ...],
     return kept
 
 
-def _drop_non_finite(run: list[dict[str, Any]], bad: list[Entry]) -> list[dict[str, Any]]:
+def _drop_non_finite(
+    run: list[dict[str, Any]], bad: list[Entry]
+) -> list[dict[str, Any]]:
     """Rows to upsert holding a NaN or infinite float: no MySQL column can store one
     (the driver refuses them before the server sees them)."""
     kept = []
     for row in run:
-        not_finite = [c for c, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+        not_finite = [
+            c for c, v in row.items() if isinstance(v, float) and not math.isfinite(v)
+        ]
         if not_finite:
-            bad.append(Entry(row, f"NaN or infinity in column(s): {', '.join(not_finite)}; "
-                                  "MySQL cannot store it"))
+            bad.append(
+                Entry(
+                    row,
+                    f"NaN or infinity in column(s): {', '.join(not_finite)}; "
+                    "MySQL cannot store it",
+                )
+            )
         else:
             kept.append(row)
     return kept
 
 
-def _isolating(conn: Connection, stmt: Executable, rows: list[dict[str, Any]],
-               bad: list[Entry]) -> int:
+def _isolating(
+    conn: Connection, stmt: Executable, rows: list[dict[str, Any]], bad: list[Entry]
+) -> int:
     """Execute ``stmt`` for ``rows`` under a savepoint; when MySQL rejects a row's
     values, bisect to find the rejected rows, set them aside, apply the rest in
     order. Returns how many rows were applied."""
@@ -395,11 +491,14 @@ def _isolating(conn: Connection, stmt: Executable, rows: list[dict[str, Any]],
             raise
         savepoint.rollback()
         if len(rows) == 1:
-            bad.append(Entry(rows[0], f"MySQL error {error_code(e)}: {first_line(e.orig)}"))
+            bad.append(
+                Entry(rows[0], f"MySQL error {error_code(e)}: {first_line(e.orig)}")
+            )
             return 0
     else:
         savepoint.commit()
         return len(rows)
     middle = len(rows) // 2
-    return (_isolating(conn, stmt, rows[:middle], bad)
-            + _isolating(conn, stmt, rows[middle:], bad))
+    return _isolating(conn, stmt, rows[:middle], bad) + _isolating(
+        conn, stmt, rows[middle:], bad
+    )

@@ -26,7 +26,13 @@ MERGE_POLICIES = ("overwrite", "add", "keep")
 SOURCE_FORMATS = ("json", "csv", "parquet", "kafka", "rate")
 RESTART_STRATEGIES = ("fixed-delay", "failure-rate", "none")
 OUTPUT_MODES = ("append", "update", "complete")
-TLS_OPTIONS = ("ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert", "ssl_verify_identity")
+TLS_OPTIONS = (
+    "ssl_ca",
+    "ssl_cert",
+    "ssl_key",
+    "ssl_verify_cert",
+    "ssl_verify_identity",
+)
 
 
 @dataclass(frozen=True)
@@ -171,7 +177,9 @@ class Config:
 
     @property
     def quarantine_path(self) -> str:
-        return self.resolve(self.wal.quarantine_path or self.wal.path.rstrip("/") + "_quarantine")
+        return self.resolve(
+            self.wal.quarantine_path or self.wal.path.rstrip("/") + "_quarantine"
+        )
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -253,7 +261,9 @@ def _source(t: Any) -> SourceConfig:
     _only(t, "source", {"format", "path", "schema", "options"})
     fmt = _str(t, "source", "format", required=True)
     if fmt not in SOURCE_FORMATS:
-        raise ConfigError(f"source.format {fmt!r} must be one of {', '.join(SOURCE_FORMATS)}")
+        raise ConfigError(
+            f"source.format {fmt!r} must be one of {', '.join(SOURCE_FORMATS)}"
+        )
     path = _str(t, "source", "path")
     if fmt in ("json", "csv", "parquet") and not path:
         raise ConfigError(f"source.path is required for format {fmt!r}")
@@ -284,16 +294,38 @@ def _transform(t: Any) -> TransformConfig:
 def _wal(t: dict[str, Any]) -> WalConfig:
     _only(t, "wal", {"path", "chunk_rows", "quarantine_path"})
     chunk_rows = t.get("chunk_rows", WalConfig.chunk_rows)
-    if not isinstance(chunk_rows, int) or isinstance(chunk_rows, bool) or chunk_rows < 1:
-        raise ConfigError(f"wal.chunk_rows must be a positive integer, not {chunk_rows!r}")
-    return WalConfig(path=_str(t, "wal", "path", required=True), chunk_rows=chunk_rows,
-                     quarantine_path=_str(t, "wal", "quarantine_path"))
+    if (
+        not isinstance(chunk_rows, int)
+        or isinstance(chunk_rows, bool)
+        or chunk_rows < 1
+    ):
+        raise ConfigError(
+            f"wal.chunk_rows must be a positive integer, not {chunk_rows!r}"
+        )
+    return WalConfig(
+        path=_str(t, "wal", "path", required=True),
+        chunk_rows=chunk_rows,
+        quarantine_path=_str(t, "wal", "quarantine_path"),
+    )
 
 
 def _mysql(t: dict[str, Any]) -> MysqlConfig:
-    keys = {"url", "table", "key", "merge", "version_column", "password_env",
-            "password_file", "ack_table", "lease_table", "retry_attempts",
-            "retry_backoff", "retry_backoff_max", "tls", "local_infile"}
+    keys = {
+        "url",
+        "table",
+        "key",
+        "merge",
+        "version_column",
+        "password_env",
+        "password_file",
+        "ack_table",
+        "lease_table",
+        "retry_attempts",
+        "retry_backoff",
+        "retry_backoff_max",
+        "tls",
+        "local_infile",
+    }
     _only(t, "mysql", keys)
     url = _str(t, "mysql", "url", required=True)
     try:
@@ -306,9 +338,13 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
             "variable named by mysql.password_env"
         )
     if not parsed.drivername.startswith(("mysql", "mariadb")):
-        raise ConfigError(f"mysql.url must be a mysql+pymysql:// URL, not {parsed.drivername!r}")
+        raise ConfigError(
+            f"mysql.url must be a mysql+pymysql:// URL, not {parsed.drivername!r}"
+        )
     if not parsed.database:
-        raise ConfigError("mysql.url must name a database, e.g. mysql+pymysql://u@host/db")
+        raise ConfigError(
+            "mysql.url must name a database, e.g. mysql+pymysql://u@host/db"
+        )
     key = t.get("key")
     if isinstance(key, str):
         key = [key]
@@ -321,27 +357,37 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
         _check_ident(col, "mysql.merge")
         if policy not in MERGE_POLICIES:
             raise ConfigError(
-                f"mysql.merge.{col} is {policy!r}; use one of {', '.join(MERGE_POLICIES)}"
+                f"mysql.merge.{col} is {policy!r}; use one of "
+                f"{', '.join(MERGE_POLICIES)}"
             )
         if col in key:
-            raise ConfigError(f"mysql.merge.{col}: a key column cannot have a merge policy")
+            raise ConfigError(
+                f"mysql.merge.{col}: a key column cannot have a merge policy"
+            )
     version_column = _ident(t, "mysql", "version_column")
     if version_column and version_column in merge:
-        raise ConfigError(f"mysql.merge.{version_column}: the version column cannot have a merge policy")
+        raise ConfigError(
+            f"mysql.merge.{version_column}: the version column cannot have a merge "
+            "policy"
+        )
     if version_column and version_column in key:
         raise ConfigError("mysql.version_column cannot be a key column")
     password_env = _str(t, "mysql", "password_env") or "WAL_SINK_MYSQL_PASSWORD"
     tls = _as_table(t.get("tls", {}), "mysql.tls")
     for option in tls:
         if option not in TLS_OPTIONS:
-            raise ConfigError(f"mysql.tls.{option} is not a TLS option; use "
-                              f"{', '.join(TLS_OPTIONS)}")
+            raise ConfigError(
+                f"mysql.tls.{option} is not a TLS option; use {', '.join(TLS_OPTIONS)}"
+            )
     local_infile = t.get("local_infile", False)
     if not isinstance(local_infile, bool):
         raise ConfigError("mysql.local_infile must be true or false")
     retry_attempts = t.get("retry_attempts", 6)
-    if not isinstance(retry_attempts, int) or isinstance(retry_attempts, bool) \
-            or retry_attempts < 0:
+    if (
+        not isinstance(retry_attempts, int)
+        or isinstance(retry_attempts, bool)
+        or retry_attempts < 0
+    ):
         raise ConfigError("mysql.retry_attempts must be a non-negative integer")
     return MysqlConfig(
         url=url,
@@ -356,9 +402,12 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
         tls=dict(tls),
         local_infile=local_infile,
         retry_attempts=retry_attempts,
-        retry_backoff=_duration(t.get("retry_backoff", "0.5 seconds"), "mysql.retry_backoff"),
-        retry_backoff_max=_duration(t.get("retry_backoff_max", "20 seconds"),
-                                    "mysql.retry_backoff_max"),
+        retry_backoff=_duration(
+            t.get("retry_backoff", "0.5 seconds"), "mysql.retry_backoff"
+        ),
+        retry_backoff_max=_duration(
+            t.get("retry_backoff_max", "20 seconds"), "mysql.retry_backoff_max"
+        ),
     )
 
 
@@ -366,7 +415,11 @@ def _cdc(t: Any) -> CdcConfig:
     t = _as_table(t, "cdc")
     _only(t, "cdc", {"op_column", "delete_values", "order_by"})
     values = t.get("delete_values", ["D"])
-    if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+    if (
+        not isinstance(values, list)
+        or not values
+        or not all(isinstance(v, str) for v in values)
+    ):
         raise ConfigError("cdc.delete_values must be a non-empty list of strings")
     return CdcConfig(
         op_column=_ident(t, "cdc", "op_column", required=True),
@@ -381,30 +434,38 @@ def _job(t: Any) -> JobConfig:
     spark_conf = _as_table(t.get("spark_conf", {}), "job.spark_conf")
     for key in spark_conf:
         if not key.startswith("spark."):
-            raise ConfigError(f"job.spark_conf: {key!r} is not a Spark setting (spark.*)")
+            raise ConfigError(
+                f"job.spark_conf: {key!r} is not a Spark setting (spark.*)"
+            )
     trigger = _str(t, "job", "trigger") or "2 seconds"
     _duration(trigger, "job.trigger")
     output_mode = _str(t, "job", "output_mode") or "append"
     if output_mode not in OUTPUT_MODES:
         raise ConfigError(
-            f"job.output_mode {output_mode!r} must be one of {', '.join(OUTPUT_MODES)}")
+            f"job.output_mode {output_mode!r} must be one of {', '.join(OUTPUT_MODES)}"
+        )
     return JobConfig(
         checkpoint=_str(t, "job", "checkpoint", required=True),
         trigger=trigger,
         output_mode=output_mode,
-        spark_conf={k: str(v).lower() if isinstance(v, bool) else str(v)
-                    for k, v in spark_conf.items()},
+        spark_conf={
+            k: str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in spark_conf.items()
+        },
         restart=_restart(t.get("restart", {})),
     )
 
 
 def _restart(t: Any) -> RestartConfig:
     t = _as_table(t, "job.restart")
-    _only(t, "job.restart", {"strategy", "attempts", "delay", "max_failures", "interval"})
+    _only(
+        t, "job.restart", {"strategy", "attempts", "delay", "max_failures", "interval"}
+    )
     strategy = t.get("strategy", "fixed-delay")
     if strategy not in RESTART_STRATEGIES:
         raise ConfigError(
-            f"job.restart.strategy {strategy!r} must be one of {', '.join(RESTART_STRATEGIES)}"
+            f"job.restart.strategy {strategy!r} must be one of "
+            f"{', '.join(RESTART_STRATEGIES)}"
         )
     for name in ("attempts", "max_failures"):
         value = t.get(name, 3)
@@ -426,7 +487,9 @@ def _cross_checks(config: Config) -> None:
         named += [config.cdc.op_column, config.cdc.order_by]
     for col in named:
         if col.startswith(RESERVED_PREFIX):
-            raise ConfigError(f"column {col!r}: names starting with {RESERVED_PREFIX!r} are reserved")
+            raise ConfigError(
+                f"column {col!r}: names starting with {RESERVED_PREFIX!r} are reserved"
+            )
     if config.cdc and config.cdc.op_column in m.key:
         raise ConfigError("cdc.op_column cannot be a key column")
 
@@ -439,7 +502,8 @@ def _only(t: dict[str, Any], section: str, allowed: set[str]) -> None:
         if k not in allowed:
             where = f"{section}.{k}" if section else k
             raise ConfigError(
-                f"unknown config key {where!r}; allowed here: {', '.join(sorted(allowed))}"
+                f"unknown config key {where!r}; allowed here: "
+                f"{', '.join(sorted(allowed))}"
             )
 
 
@@ -457,7 +521,9 @@ def _as_table(value: Any, name: str) -> dict[str, Any]:
     return value
 
 
-def _str(t: dict[str, Any], section: str, key: str, required: bool = False) -> str | None:
+def _str(
+    t: dict[str, Any], section: str, key: str, required: bool = False
+) -> str | None:
     if key not in t:
         if required:
             raise ConfigError(f"{section}.{key} is missing")
@@ -468,7 +534,9 @@ def _str(t: dict[str, Any], section: str, key: str, required: bool = False) -> s
     return value
 
 
-def _ident(t: dict[str, Any], section: str, key: str, required: bool = False) -> str | None:
+def _ident(
+    t: dict[str, Any], section: str, key: str, required: bool = False
+) -> str | None:
     value = _str(t, section, key, required)
     if value is not None:
         _check_ident(value, f"{section}.{key}")

@@ -29,7 +29,8 @@ def make_engine(mysql: MysqlConfig) -> Engine:
         isolation_level="REPEATABLE READ",
         hide_parameters=True,
         connect_args={
-            "init_command": f"SET SESSION sql_mode='{SESSION_SQL_MODE}', time_zone='+00:00'",
+            "init_command": f"SET SESSION sql_mode='{SESSION_SQL_MODE}', "
+            "time_zone='+00:00'",
             "charset": "utf8mb4",
             "local_infile": mysql.local_infile,
             **mysql.tls,

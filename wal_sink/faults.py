@@ -41,8 +41,10 @@ def _armed(point: str, batch_id: int) -> str | None:
     name, batch, action = (spec.split(":") + ["", ""])[:3]
     action = action or "kill"
     if name not in POINTS or action not in ACTIONS:
-        raise ValueError(f"{ENV}={spec!r}: use POINT[:BATCH[:ACTION]] with POINT in "
-                         f"{', '.join(POINTS)} and ACTION in {', '.join(ACTIONS)}")
+        raise ValueError(
+            f"{ENV}={spec!r}: use POINT[:BATCH[:ACTION]] with POINT in "
+            f"{', '.join(POINTS)} and ACTION in {', '.join(ACTIONS)}"
+        )
     if name == point and (not batch or int(batch) == batch_id):
         return action
     return None
@@ -65,8 +67,13 @@ def hit(point: str, batch_id: int) -> None:
         import pymysql
         from sqlalchemy.exc import OperationalError
 
-        raise OperationalError("COMMIT", None, pymysql.err.OperationalError(
-            2013, "Lost connection to MySQL server during query (injected)"))
+        raise OperationalError(
+            "COMMIT",
+            None,
+            pymysql.err.OperationalError(
+                2013, "Lost connection to MySQL server during query (injected)"
+            ),
+        )
 
 
 def watch_stage(wal_path: str, partition_dir: str, batch_id: int) -> None:

@@ -45,15 +45,22 @@ class SinkInstance:
         """Check the target, create the sink tables if needed and take the lease
         (once per instance)."""
         if self.committer is None:
-            preflight(self.engine, self.config, reflect_target(self.engine,
-                                                               self.config.mysql.table))
+            preflight(
+                self.engine,
+                self.config,
+                reflect_target(self.engine, self.config.mysql.table),
+            )
             init_db(self.engine, self.config.mysql)
             epoch = lease.acquire(self.engine, self.lease, self.sink_id)
             committer = Committer(self.config, self.engine, self.wal, epoch)
             self.high_water = high_water(self.engine, self.ack, self.wal, self.sink_id)
             self.committer = committer
-            log.info("sink %s took lease epoch %s (known batches up to %s)",
-                     self.sink_id, epoch, self.high_water)
+            log.info(
+                "sink %s took lease epoch %s (known batches up to %s)",
+                self.sink_id,
+                epoch,
+                self.high_water,
+            )
         return self.committer
 
     def recover(self) -> list[CommitResult]:

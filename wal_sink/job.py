@@ -2,9 +2,10 @@
 
 Each attempt takes the lease, checks the checkpoint and applies unacked batches
 (recovery) before the query starts from its checkpoint. For parsed sources (kafka,
-json, csv) a second query beside it sends unparseable records to the quarantine. SIGTERM stops the query after
-the batch in progress. Exit codes: 0 done (drained, or stopped), 1 failed (the
-restart strategy gave up, or a terminal error), 2 configuration error.
+json, csv) a second query beside it sends unparseable records to the quarantine.
+SIGTERM stops the query after the batch in progress. Exit codes: 0 done (drained,
+or stopped), 1 failed (the restart strategy gave up, or a terminal error), 2
+configuration error.
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ from wal_sink.quarantine import Entry, Quarantine
 from wal_sink.recovery import check_checkpoint
 from wal_sink.restart import RestartPolicy
 from wal_sink.sink import WalSink
-from wal_sink.source import CORRUPT_COLUMN, corrupt_records, read_source, streaming_frame
+from wal_sink.source import (
+    CORRUPT_COLUMN,
+    corrupt_records,
+    read_source,
+    streaming_frame,
+)
 from wal_sink.spark_session import require_delta
 
 log = logging.getLogger("wal_sink.job")
@@ -87,8 +93,9 @@ class _JvmTermHandler:
 class BatchRunner:
     """The foreachBatch function: one batch through the sink, one log line."""
 
-    def __init__(self, spark: SparkSession, sink: WalSink, stop: GracefulStop,
-                 checkpoint: str) -> None:
+    def __init__(
+        self, spark: SparkSession, sink: WalSink, stop: GracefulStop, checkpoint: str
+    ) -> None:
         self.spark = spark
         self.sink = sink
         self.stop = stop
@@ -108,10 +115,18 @@ class BatchRunner:
         planned = batch_timestamp_ms(self.spark, self.checkpoint, batch_id)
         lag = f"{time.time() * 1000 - planned:.0f}" if planned else "-"
         r = report.result
-        log.info("batch %d: rows=%d deleted=%d quarantined=%d stage_ms=%.0f "
-                 "commit_ms=%.0f lag_ms=%s%s", batch_id, r.rows, r.deleted,
-                 r.quarantined, report.stage_ms, report.commit_ms, lag,
-                 "" if r.applied else " (already applied)")
+        log.info(
+            "batch %d: rows=%d deleted=%d quarantined=%d stage_ms=%.0f "
+            "commit_ms=%.0f lag_ms=%s%s",
+            batch_id,
+            r.rows,
+            r.deleted,
+            r.quarantined,
+            report.stage_ms,
+            report.commit_ms,
+            lag,
+            "" if r.applied else " (already applied)",
+        )
 
 
 class ParseErrorRunner:
@@ -122,61 +137,103 @@ class ParseErrorRunner:
     """
 
     def __init__(self, config: Config) -> None:
-        self.quarantine = Quarantine(config.quarantine_path, config.sink.id,
-                                     stream=PARSE_STREAM)
-        self.reason = (f"could not parse as {config.source.format} with source.schema "
-                       "(parse-error stream batch {batch})")
+        self.quarantine = Quarantine(
+            config.quarantine_path, config.sink.id, stream=PARSE_STREAM
+        )
+        self.reason = (
+            f"could not parse as {config.source.format} with source.schema "
+            "(parse-error stream batch {batch})"
+        )
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        entries = [Entry({"raw": row[0]}, self.reason.format(batch=batch_id))
-                   for row in df.select(CORRUPT_COLUMN).collect()]
+        entries = [
+            Entry({"raw": row[0]}, self.reason.format(batch=batch_id))
+            for row in df.select(CORRUPT_COLUMN).collect()
+        ]
         self.quarantine.record(batch_id, entries)
         if entries:
-            log.warning("%d unparseable record(s) quarantined in %s", len(entries),
-                        self.quarantine.path)
+            log.warning(
+                "%d unparseable record(s) quarantined in %s",
+                len(entries),
+                self.quarantine.path,
+            )
 
 
-def start_query(df: DataFrame, name: str, run: Callable[[DataFrame, int], None],
-                checkpoint: str, config: Config, available_now: bool,
-                output_mode: str) -> StreamingQuery:
+def start_query(
+    df: DataFrame,
+    name: str,
+    run: Callable[[DataFrame, int], None],
+    checkpoint: str,
+    config: Config,
+    available_now: bool,
+    output_mode: str,
+) -> StreamingQuery:
     writer = (
-        df.writeStream.queryName(name).outputMode(output_mode).foreachBatch(run)
+        df.writeStream.queryName(name)
+        .outputMode(output_mode)
+        .foreachBatch(run)
         .option("checkpointLocation", checkpoint)
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(
-            processingTime=f"{parse_duration(config.job.trigger)} seconds")
+            processingTime=f"{parse_duration(config.job.trigger)} seconds"
+        )
     return writer.start()
 
 
-def start_queries(spark: SparkSession, config: Config, runner: BatchRunner,
-                  available_now: bool) -> list[StreamingQuery]:
+def start_queries(
+    spark: SparkSession, config: Config, runner: BatchRunner, available_now: bool
+) -> list[StreamingQuery]:
     """The sink's query and, for parsed formats, the parse-error query beside it."""
     name = f"wal_sink_{config.sink.id}".replace("-", "_").replace(".", "_")
     source = read_source(spark, config)
-    queries = [start_query(streaming_frame(spark, config, source), name, runner,
-                           runner.checkpoint, config, available_now,
-                           config.job.output_mode)]
+    queries = [
+        start_query(
+            streaming_frame(spark, config, source),
+            name,
+            runner,
+            runner.checkpoint,
+            config,
+            available_now,
+            config.job.output_mode,
+        )
+    ]
     corrupt = corrupt_records(source)
     if corrupt is not None:
         checkpoint = runner.checkpoint.rstrip("/") + PARSE_CHECKPOINT_SUFFIX
         side = ParseErrorRunner(config)
-        check_checkpoint(config.sink.id, checkpoint, last_planned_batch(spark, checkpoint),
-                         side.quarantine.recorded_version())
-        queries.append(start_query(corrupt, f"{name}_parse_errors", side, checkpoint,
-                                   config, available_now, "append"))
+        check_checkpoint(
+            config.sink.id,
+            checkpoint,
+            last_planned_batch(spark, checkpoint),
+            side.quarantine.recorded_version(),
+        )
+        queries.append(
+            start_query(
+                corrupt,
+                f"{name}_parse_errors",
+                side,
+                checkpoint,
+                config,
+                available_now,
+                "append",
+            )
+        )
     return queries
 
 
-def run_job(config: Config, *, available_now: bool,
-            spark: SparkSession | None = None) -> int:
+def run_job(
+    config: Config, *, available_now: bool, spark: SparkSession | None = None
+) -> int:
     """Run until drained (``available_now``), stopped, or the strategy gives up."""
     if config.job is None:
         raise ConfigError("config section [job] is missing; the job needs it")
-    spark = require_delta(spark or SparkSession.builder
-                          .appName(f"wal_sink {config.sink.id}").getOrCreate())
+    spark = require_delta(
+        spark
+        or SparkSession.builder.appName(f"wal_sink {config.sink.id}").getOrCreate()
+    )
     for key, value in config.job.spark_conf.items():
         spark.conf.set(key, value)
     checkpoint = config.resolve(config.job.checkpoint)
@@ -190,8 +247,11 @@ def run_job(config: Config, *, available_now: bool,
         try:
             recovered = sink.recover(spark, checkpoint)
             if recovered:
-                log.info("recovered %d batch(es) before starting: %s", len(recovered),
-                         [r.batch_id for r in recovered])
+                log.info(
+                    "recovered %d batch(es) before starting: %s",
+                    len(recovered),
+                    [r.batch_id for r in recovered],
+                )
             queries = start_queries(spark, config, runner, available_now)
             while any(q.isActive for q in queries):
                 for query in queries:
@@ -217,13 +277,21 @@ def run_job(config: Config, *, available_now: bool,
             if isinstance(cause, TerminalError):
                 log.error("%s", cause)
                 return EXIT_CONFIG if isinstance(cause, ConfigError) else EXIT_FAILED
-            reason = str(cause).strip().splitlines()[0] if str(cause).strip() else repr(cause)
+            reason = (
+                str(cause).strip().splitlines()[0]
+                if str(cause).strip()
+                else repr(cause)
+            )
             if not policy.allow_restart():
-                log.error("query failed: %s; restart strategy %r gives up", reason,
-                          config.job.restart.strategy)
+                log.error(
+                    "query failed: %s; restart strategy %r gives up",
+                    reason,
+                    config.job.restart.strategy,
+                )
                 return EXIT_FAILED
-            log.warning("query failed: %s; %s in %.0fs", reason, policy.describe(),
-                        policy.delay)
+            log.warning(
+                "query failed: %s; %s in %.0fs", reason, policy.describe(), policy.delay
+            )
             _sleep_unless_stopped(policy.delay, stop)
             if stop.requested:
                 return EXIT_OK

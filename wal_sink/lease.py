@@ -36,7 +36,9 @@ def acquire(engine: Engine, lease: Table, sink_id: str) -> int:
         ).scalar_one()
 
 
-def current_epoch(conn: Connection, lease: Table, sink_id: str, *, lock: bool) -> int | None:
+def current_epoch(
+    conn: Connection, lease: Table, sink_id: str, *, lock: bool
+) -> int | None:
     """Read the stored epoch; ``lock`` takes the row lock until the transaction ends."""
     query = select(lease.c.epoch).where(lease.c.sink_id == sink_id)
     if lock:
@@ -44,8 +46,15 @@ def current_epoch(conn: Connection, lease: Table, sink_id: str, *, lock: bool) -
     return conn.execute(query).scalar_one_or_none()
 
 
-def check(conn: Connection, lease: Table, sink_id: str, epoch: int, *,
-          lock: bool, batch_id: int | None = None) -> None:
+def check(
+    conn: Connection,
+    lease: Table,
+    sink_id: str,
+    epoch: int,
+    *,
+    lock: bool,
+    batch_id: int | None = None,
+) -> None:
     """Raise FencedError unless ``epoch`` is still the stored one."""
     stored = current_epoch(conn, lease, sink_id, lock=lock)
     if stored != epoch:

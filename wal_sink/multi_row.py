@@ -24,19 +24,25 @@ MAX_STATEMENT_BYTES = 1_024_000
 
 
 class MultiRowUpsert:
-    def __init__(self, conn: Connection, upsert: Insert, columns: Sequence[str]) -> None:
+    def __init__(
+        self, conn: Connection, upsert: Insert, columns: Sequence[str]
+    ) -> None:
         compiled = upsert.compile(dialect=conn.dialect, column_keys=list(columns))
         match = RE_INSERT_VALUES.match(str(compiled))
         order = re.findall(r"%\((\w+)\)s", match.group(2)) if match else []
-        if (match is None or "%" in match.group(1) + match.group(3)
-                or sorted(order) != sorted(columns)):
+        if (
+            match is None
+            or "%" in match.group(1) + match.group(3)
+            or sorted(order) != sorted(columns)
+        ):
             raise ValueError("not a multi-row INSERT this path can build")
         self.columns = order  # the statement's column order
         self.prefix, self.postfix = match.group(1), match.group(3)
 
     @classmethod
-    def for_schema(cls, conn: Connection, upsert: Insert, columns: Sequence[str],
-                   schema: pa.Schema) -> MultiRowUpsert | None:
+    def for_schema(
+        cls, conn: Connection, upsert: Insert, columns: Sequence[str], schema: pa.Schema
+    ) -> MultiRowUpsert | None:
         """The fast statement for these columns, or None to leave it to the driver."""
         if not renderable(schema):
             return None
@@ -52,6 +58,8 @@ class MultiRowUpsert:
         """Upsert ``chunk`` in staged order; raise the DBAPIError MySQL gives."""
         for values in sql_rows(chunk, self.columns, MAX_STATEMENT_BYTES):
             # no parameters: the driver leaves the % signs in values alone
-            conn.exec_driver_sql(self.prefix + values + self.postfix,
-                                 execution_options={"no_parameters": True})
+            conn.exec_driver_sql(
+                self.prefix + values + self.postfix,
+                execution_options={"no_parameters": True},
+            )
         return chunk.num_rows

@@ -8,11 +8,11 @@ import logging
 from sqlalchemy import Connection, Engine, Table, inspect, text
 from sqlalchemy.types import Date, DateTime, Float, Integer, Numeric, Time
 
-# SQLAlchemy 2.1's Float is not a Numeric subclass: name both.
-NUMBERS = (Integer, Numeric, Float)
-
 from wal_sink.config import Config
 from wal_sink.errors import ConfigError
+
+# SQLAlchemy 2.1's Float is not a Numeric subclass: name both.
+NUMBERS = (Integer, Numeric, Float)
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,14 @@ def _check_key(conn: Connection, config: Config, target: Table) -> None:
         if index.get("unique"):
             keys[index["name"]] = index["column_names"]
     if not any(set(cols) == wanted for cols in keys.values()):
-        found = "; ".join(f"{n}({', '.join(c)})" for n, c in keys.items() if c) or "none"
+        found = (
+            "; ".join(f"{n}({', '.join(c)})" for n, c in keys.items() if c) or "none"
+        )
         raise ConfigError(
             f"mysql.key ({', '.join(config.mysql.key)}) is not the PRIMARY KEY or a "
-            f"UNIQUE key of table {target.name!r} (its keys: {found}); an upsert needs one")
+            f"UNIQUE key of table {target.name!r} (its keys: {found}); an upsert "
+            "needs one"
+        )
 
 
 def _check_columns(config: Config, target: Table) -> None:
@@ -51,31 +55,42 @@ def _check_columns(config: Config, target: Table) -> None:
     for where, columns in named.items():
         for column in columns:
             if column not in target.c:
-                raise ConfigError(f"{where}: column {column!r} does not exist in "
-                                  f"table {target.name!r}")
+                raise ConfigError(
+                    f"{where}: column {column!r} does not exist in "
+                    f"table {target.name!r}"
+                )
     for column, policy in mysql.merge.items():
         if policy == "add" and not isinstance(target.c[column].type, NUMBERS):
-            raise ConfigError(f"mysql.merge.{column} is 'add' but column {column!r} of "
-                              f"{target.name!r} is {target.c[column].type}, not numeric")
+            raise ConfigError(
+                f"mysql.merge.{column} is 'add' but column {column!r} of "
+                f"{target.name!r} is {target.c[column].type}, not numeric"
+            )
     if mysql.version_column:
         kind = target.c[mysql.version_column].type
         if not isinstance(kind, (*NUMBERS, DateTime, Date, Time)):
-            raise ConfigError(f"mysql.version_column {mysql.version_column!r} is {kind}; "
-                              "use a number or a date/time so versions compare in order")
+            raise ConfigError(
+                f"mysql.version_column {mysql.version_column!r} is {kind}; "
+                "use a number or a date/time so versions compare in order"
+            )
 
 
 def _check_strict(conn: Connection) -> None:
     mode = conn.execute(text("SELECT @@SESSION.sql_mode")).scalar_one() or ""
     if "STRICT_ALL_TABLES" not in mode and "STRICT_TRANS_TABLES" not in mode:
         raise ConfigError(
-            f"the MySQL session is not in strict SQL mode (sql_mode={mode!r}); bad values "
-            "would be silently truncated. Allow the sink to set sql_mode")
+            f"the MySQL session is not in strict SQL mode (sql_mode={mode!r}); bad "
+            "values would be silently truncated. Allow the sink to set sql_mode"
+        )
 
 
 def _durability_warnings(conn: Connection) -> list[str]:
-    flush = conn.execute(text("SELECT @@GLOBAL.innodb_flush_log_at_trx_commit")).scalar_one()
+    flush = conn.execute(
+        text("SELECT @@GLOBAL.innodb_flush_log_at_trx_commit")
+    ).scalar_one()
     if str(flush) != "1":
-        return [f"innodb_flush_log_at_trx_commit is {flush}, not 1: a server crash can "
-                "lose the last second of committed batches together with their acks; "
-                "recovery re-applies them from the WAL only while they are not purged"]
+        return [
+            f"innodb_flush_log_at_trx_commit is {flush}, not 1: a server crash can "
+            "lose the last second of committed batches together with their acks; "
+            "recovery re-applies them from the WAL only while they are not purged"
+        ]
     return []

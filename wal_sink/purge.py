@@ -26,8 +26,15 @@ class PurgePlan:
     bytes: int
 
 
-def plan_purge(engine: Engine, ack: Table, wal: WalReader, sink_id: str, *,
-               before: int | None = None, older_than: float | None = None) -> PurgePlan:
+def plan_purge(
+    engine: Engine,
+    ack: Table,
+    wal: WalReader,
+    sink_id: str,
+    *,
+    before: int | None = None,
+    older_than: float | None = None,
+) -> PurgePlan:
     """Select staged batches below ``before`` or acked more than ``older_than``
     seconds ago; only acked ones are removed."""
     if (before is None) == (older_than is None):
@@ -35,13 +42,19 @@ def plan_purge(engine: Engine, ack: Table, wal: WalReader, sink_id: str, *,
     wal.refresh()
     staged = wal.staged_batches()
     with engine.connect() as conn:
-        acks = dict(conn.execute(
-            select(ack.c.batch_id, ack.c.committed_at).where(ack.c.sink_id == sink_id)
-        ).all())
+        acks = dict(
+            conn.execute(
+                select(ack.c.batch_id, ack.c.committed_at).where(
+                    ack.c.sink_id == sink_id
+                )
+            ).all()
+        )
     if before is not None:
         selected = [b for b in staged if b < before]
     else:
-        cutoff = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=older_than)
+        cutoff = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(
+            seconds=older_than
+        )
         selected = [b for b in staged if b in acks and acks[b] < cutoff]
     remove = tuple(b for b in selected if b in acks)
     return PurgePlan(

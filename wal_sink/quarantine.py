@@ -1,5 +1,6 @@
-"""Rows set aside instead of applied: a Delta table beside the WAL (``wal.quarantine_path``,
-default ``<wal.path>_quarantine``) with sink id, batch id, reason and the record.
+"""Rows set aside instead of applied: a Delta table beside the WAL
+(``wal.quarantine_path``, default ``<wal.path>_quarantine``) with sink id, batch
+id, reason and the record.
 
 Entries of a batch are written before that batch's MySQL COMMIT, so they are never
 lost, and with Delta's app-transaction id (sink id, batch id), so a retried or
@@ -21,13 +22,15 @@ from deltalake.exceptions import TableNotFoundError
 
 from wal_sink.wal import open_parquet
 
-SCHEMA = pa.schema([
-    ("sink_id", pa.string()),
-    ("batch_id", pa.int64()),
-    ("reason", pa.string()),
-    ("record", pa.string()),
-    ("recorded_at", pa.timestamp("us", tz="UTC")),
-])
+SCHEMA = pa.schema(
+    [
+        ("sink_id", pa.string()),
+        ("batch_id", pa.int64()),
+        ("reason", pa.string()),
+        ("record", pa.string()),
+        ("recorded_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -38,12 +41,14 @@ class Entry:
 
 def record_json(record: dict[str, Any]) -> str:
     """The record as JSON text; decimals and times kept exact as strings."""
+
     def default(value: Any) -> str:
         if isinstance(value, (Decimal, datetime, date)):
             return str(value)
         if isinstance(value, bytes):
             return value.hex()
         return repr(value)
+
     return json.dumps(record, default=default, sort_keys=True)
 
 
@@ -76,21 +81,28 @@ class Quarantine:
         if recorded is not None and recorded >= batch_id:
             return
         now = datetime.now(timezone.utc)
-        data = pa.table({
-            "sink_id": [self.sink_id] * len(entries),
-            "batch_id": [batch_id] * len(entries),
-            "reason": [e.reason for e in entries],
-            "record": [record_json(e.record) for e in entries],
-            "recorded_at": [now] * len(entries),
-        }, schema=SCHEMA)
+        data = pa.table(
+            {
+                "sink_id": [self.sink_id] * len(entries),
+                "batch_id": [batch_id] * len(entries),
+                "reason": [e.reason for e in entries],
+                "record": [record_json(e.record) for e in entries],
+                "recorded_at": [now] * len(entries),
+            },
+            schema=SCHEMA,
+        )
         write_deltalake(
-            self.path, data, mode="append",
+            self.path,
+            data,
+            mode="append",
             commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=self.app_id, version=batch_id)]),
+                app_transactions=[Transaction(app_id=self.app_id, version=batch_id)]
+            ),
         )
 
     def read(self, limit: int, batch_id: int | None = None) -> list[dict[str, Any]]:
-        """Newest-last entries of this sink (optionally of one batch), at most ``limit``."""
+        """Newest-last entries of this sink (optionally of one batch), at most
+        ``limit``."""
         table = self._table()
         if table is None:
             return []
@@ -98,7 +110,10 @@ class Quarantine:
         for uri in table.file_uris():
             for chunk in open_parquet(uri).iter_batches(batch_size=1000):
                 for row in chunk.to_pylist():
-                    if row["sink_id"] == self.sink_id and batch_id in (None, row["batch_id"]):
+                    if row["sink_id"] == self.sink_id and batch_id in (
+                        None,
+                        row["batch_id"],
+                    ):
                         rows.append(row)
         rows.sort(key=lambda r: (r["batch_id"], r["recorded_at"]))
         return rows[-limit:]

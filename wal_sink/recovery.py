@@ -21,9 +21,11 @@ log = logging.getLogger(__name__)
 
 def acked_batch_ids(engine: Engine, ack: Table, sink_id: str) -> set[int]:
     with engine.connect() as conn:
-        return set(conn.execute(
-            select(ack.c.batch_id).where(ack.c.sink_id == sink_id)
-        ).scalars())
+        return set(
+            conn.execute(
+                select(ack.c.batch_id).where(ack.c.sink_id == sink_id)
+            ).scalars()
+        )
 
 
 def high_water(engine: Engine, ack: Table, wal: WalReader, sink_id: str) -> int | None:
@@ -36,8 +38,9 @@ def high_water(engine: Engine, ack: Table, wal: WalReader, sink_id: str) -> int 
     return max(known, default=None)
 
 
-def check_checkpoint(sink_id: str, checkpoint: str, planned: int | None,
-                     known: int | None) -> None:
+def check_checkpoint(
+    sink_id: str, checkpoint: str, planned: int | None, known: int | None
+) -> None:
     """Raise CheckpointResetError when the checkpoint is behind what the sink knows.
 
     Spark re-runs at most its last planned batch, so a sink that staged or applied
@@ -67,6 +70,10 @@ def recover(committer: Committer) -> list[CommitResult]:
     """Apply every staged-but-unacked batch, oldest first."""
     pending = unacked_batches(committer)
     if pending:
-        log.info("sink %s: recovering %d unacked batch(es): %s",
-                 committer.sink_id, len(pending), pending)
+        log.info(
+            "sink %s: recovering %d unacked batch(es): %s",
+            committer.sink_id,
+            len(pending),
+            pending,
+        )
     return [committer.apply(batch_id) for batch_id in pending]

@@ -35,7 +35,9 @@ class ReplayPlan:
         return bool(self.add_columns and self.reapplied_acked)
 
 
-def plan_replay(instance: SinkInstance, first: int, last: int, *, force: bool) -> ReplayPlan:
+def plan_replay(
+    instance: SinkInstance, first: int, last: int, *, force: bool
+) -> ReplayPlan:
     if first > last:
         raise ValueError(f"--from {first} is after --to {last}")
     instance.wal.refresh()
@@ -55,9 +57,14 @@ def plan_replay(instance: SinkInstance, first: int, last: int, *, force: bool) -
     )
 
 
-def run_replay(instance: SinkInstance, plan: ReplayPlan, *, force: bool,
-               on_chunk: ChunkCallback | None = None,
-               on_batch: Callable[[CommitResult], None] | None = None) -> list[CommitResult]:
+def run_replay(
+    instance: SinkInstance,
+    plan: ReplayPlan,
+    *,
+    force: bool,
+    on_chunk: ChunkCallback | None = None,
+    on_batch: Callable[[CommitResult], None] | None = None,
+) -> list[CommitResult]:
     """Take the lease (fencing any running job) and apply the plan's batches."""
     committer = instance.start()
     results = []

@@ -14,8 +14,9 @@ from wal_sink.config import RestartConfig
 
 
 class RestartPolicy:
-    def __init__(self, config: RestartConfig,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: RestartConfig, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = config
         self.clock = clock
         self.restarts = 0
@@ -48,6 +49,8 @@ class RestartPolicy:
         if c.strategy == "fixed-delay":
             return f"restart {self.restarts}/{c.attempts}"
         if c.strategy == "failure-rate":
-            return (f"restart {self.restarts} ({len(self._failures)} failure(s) in "
-                    f"{c.interval:.0f}s, at most {c.max_failures})")
+            return (
+                f"restart {self.restarts} ({len(self._failures)} failure(s) in "
+                f"{c.interval:.0f}s, at most {c.max_failures})"
+            )
         return "no restarts"

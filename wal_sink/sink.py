@@ -53,8 +53,9 @@ class WalSink(SinkInstance):
             config = load_config(Path(config))
         return cls(config)
 
-    def recover(self, spark: SparkSession | None = None,
-                checkpoint: str | None = None) -> list[CommitResult]:
+    def recover(
+        self, spark: SparkSession | None = None, checkpoint: str | None = None
+    ) -> list[CommitResult]:
         """Take the lease, check the checkpoint (I7), apply unacked batches in order.
 
         Args:
@@ -63,12 +64,18 @@ class WalSink(SinkInstance):
             checkpoint: the query's checkpointLocation; defaults to ``[job]``'s.
         """
         self.start()
-        checkpoint = checkpoint or (self.config.job.checkpoint if self.config.job else None)
+        checkpoint = checkpoint or (
+            self.config.job.checkpoint if self.config.job else None
+        )
         spark = spark or SparkSession.getActiveSession()
         if spark is not None and checkpoint is not None:
             location = self.config.resolve(checkpoint)
-            check_checkpoint(self.sink_id, location,
-                             last_planned_batch(spark, location), self.high_water)
+            check_checkpoint(
+                self.sink_id,
+                location,
+                last_planned_batch(spark, location),
+                self.high_water,
+            )
         return super().recover()
 
     def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
@@ -77,26 +84,40 @@ class WalSink(SinkInstance):
         self._guard_first_batch(batch_id)
         # Only the lease holder stages.
         with self.engine.connect() as conn:
-            lease.check(conn, self.lease, self.sink_id, committer.epoch,
-                        lock=False, batch_id=batch_id)
+            lease.check(
+                conn,
+                self.lease,
+                self.sink_id,
+                committer.epoch,
+                lock=False,
+                batch_id=batch_id,
+            )
         # Step 1. Stage.
         started = time.monotonic()
         faults.watch_stage(self.config.wal_path, f"{BATCH_COLUMN}={batch_id}", batch_id)
-        stage(df, sink_id=self.sink_id, batch_id=batch_id, path=self.config.wal_path,
-              order_by=self.config.cdc.order_by if self.config.cdc else None)
+        stage(
+            df,
+            sink_id=self.sink_id,
+            batch_id=batch_id,
+            path=self.config.wal_path,
+            order_by=self.config.cdc.order_by if self.config.cdc else None,
+        )
         faults.hit("stage.after", batch_id)
         self.wal.refresh()
         staged = self.wal.last_staged(self.sink_id)
         if staged is None or staged < batch_id:
             raise TerminalError(
                 f"the WAL at {self.config.wal_path!r} does not record this batch after "
-                f"staging (last staged: {staged})", sink_id=self.sink_id,
-                batch_id=batch_id)
+                f"staging (last staged: {staged})",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
         staged_at = time.monotonic()
         # Step 2. Commit. Step 3 is returning: Spark then writes its commit log.
         result = committer.apply(batch_id)
-        self.last_report = BatchReport(result, (staged_at - started) * 1000,
-                                       (time.monotonic() - staged_at) * 1000)
+        self.last_report = BatchReport(
+            result, (staged_at - started) * 1000, (time.monotonic() - staged_at) * 1000
+        )
 
     def _guard_first_batch(self, batch_id: int) -> None:
         """I7 without a checkpoint to read: after a restart Spark's first batch is the
@@ -106,7 +127,10 @@ class WalSink(SinkInstance):
         self._first_batch_seen = True
         if self.high_water is not None and batch_id < self.high_water:
             raise CheckpointResetError(
-                f"Spark delivered batch {batch_id} first, but the WAL/ack table already "
+                f"Spark delivered batch {batch_id} first, but the WAL/ack table "
+                "already "
                 f"hold batch {self.high_water}: the checkpoint was reset or replaced. "
                 "Restore it, or use a new sink.id",
-                sink_id=self.sink_id, batch_id=batch_id)
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )

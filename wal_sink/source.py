@@ -28,8 +28,11 @@ def read_source(spark: SparkSession, config: Config) -> DataFrame:
     if src is None:
         raise ConfigError("config section [source] is missing; the job needs it")
     reader = spark.readStream.options(**{k: str(v) for k, v in src.options.items()})
-    schema = f"{src.schema}, {CORRUPT_COLUMN} STRING" if src.format in PARSED_FORMATS \
+    schema = (
+        f"{src.schema}, {CORRUPT_COLUMN} STRING"
+        if src.format in PARSED_FORMATS
         else src.schema
+    )
     if src.format == "kafka":
         raw = reader.format("kafka").load()
         parsed = F.from_json(F.col("value").cast("string"), schema, PERMISSIVE)
@@ -53,7 +56,9 @@ def corrupt_records(source: DataFrame) -> DataFrame | None:
     return source.where(F.col(CORRUPT_COLUMN).isNotNull())
 
 
-def streaming_frame(spark: SparkSession, config: Config, source: DataFrame) -> DataFrame:
+def streaming_frame(
+    spark: SparkSession, config: Config, source: DataFrame
+) -> DataFrame:
     """Parsed source rows plus transform: what each micro-batch hands to the sink."""
     df = source
     if CORRUPT_COLUMN in df.columns:

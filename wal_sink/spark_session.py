@@ -21,8 +21,10 @@ def require_delta(spark: SparkSession) -> SparkSession:
     """Fail with one clear line when the Delta classes are missing."""
     try:
         spark.sparkContext._jvm.java.lang.Class.forName(
-            "io.delta.sql.DeltaSparkSessionExtension", True,
-            spark.sparkContext._jvm.Thread.currentThread().getContextClassLoader())
+            "io.delta.sql.DeltaSparkSessionExtension",
+            True,
+            spark.sparkContext._jvm.Thread.currentThread().getContextClassLoader(),
+        )
     except Exception:
         raise ConfigError(MISSING_DELTA) from None
     return spark
@@ -31,7 +33,8 @@ def require_delta(spark: SparkSession) -> SparkSession:
 def local_session(app_name: str) -> SparkSession:
     """A small local session for operator commands (purge, vacuum)."""
     builder = (
-        SparkSession.builder.master("local[2]").appName(app_name)
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -35,8 +35,14 @@ WAL_TABLE_PROPERTIES = {
 CONCURRENT_WRITERS = ("spark.sql.maxConcurrentOutputFileWriters", "2")
 
 
-def stage(df: DataFrame, *, sink_id: str, batch_id: int, path: str,
-          order_by: str | None = None) -> None:
+def stage(
+    df: DataFrame,
+    *,
+    sink_id: str,
+    batch_id: int,
+    path: str,
+    order_by: str | None = None,
+) -> None:
     """Append ``df`` as batch ``batch_id`` unless Delta already holds that version.
 
     With ``order_by`` (CDC) rows are range-partitioned and sorted on it first, so the
@@ -47,7 +53,8 @@ def stage(df: DataFrame, *, sink_id: str, batch_id: int, path: str,
         raise TerminalError(
             f"stream column(s) {', '.join(reserved)} use the reserved prefix "
             f"{RESERVED_PREFIX!r}; rename them in [transform]",
-            sink_id=sink_id, batch_id=batch_id,
+            sink_id=sink_id,
+            batch_id=batch_id,
         )
     if order_by is not None:
         df = df.repartitionByRange(order_by).sortWithinPartitions(order_by)

@@ -53,8 +53,9 @@ class SinkStatus:
         return asdict(self)
 
 
-def collect_status(engine: Engine, ack: Table, lease: Table, wal: WalReader,
-                   sink_id: str) -> SinkStatus:
+def collect_status(
+    engine: Engine, ack: Table, lease: Table, wal: WalReader, sink_id: str
+) -> SinkStatus:
     staged = wal.staged_batches()
     last_staged = wal.last_staged(sink_id)
     try:
@@ -88,7 +89,8 @@ def collect_status(engine: Engine, ack: Table, lease: Table, wal: WalReader,
         last_commit_at=last_at.isoformat() if last_at else None,
         lag_seconds=round((now - last_at).total_seconds(), 3) if last_at else None,
         lag_batches=(last_staged - (last if last is not None else -1))
-        if last_staged is not None else None,
+        if last_staged is not None
+        else None,
         lease_epoch=lease_row[0] if lease_row else None,
         lease_holder=lease_row[1] if lease_row else None,
         lease_acquired_at=lease_row[2].isoformat() if lease_row else None,
@@ -98,13 +100,20 @@ def collect_status(engine: Engine, ack: Table, lease: Table, wal: WalReader,
 def _mysql_side(engine: Engine, ack: Table, lease: Table, sink_id: str):
     mine = ack.c.sink_id == sink_id
     with engine.connect() as conn:
-        acks = conn.execute(select(
-            func.count(), func.min(ack.c.batch_id), func.max(ack.c.batch_id),
-            func.sum(ack.c.row_count), func.sum(ack.c.deleted_count),
-            func.sum(ack.c.quarantined), func.max(ack.c.committed_at),
-        ).where(mine)).one()
+        acks = conn.execute(
+            select(
+                func.count(),
+                func.min(ack.c.batch_id),
+                func.max(ack.c.batch_id),
+                func.sum(ack.c.row_count),
+                func.sum(ack.c.deleted_count),
+                func.sum(ack.c.quarantined),
+                func.max(ack.c.committed_at),
+            ).where(mine)
+        ).one()
         lease_row = conn.execute(
-            select(lease.c.epoch, lease.c.holder, lease.c.acquired_at)
-            .where(lease.c.sink_id == sink_id)
+            select(lease.c.epoch, lease.c.holder, lease.c.acquired_at).where(
+                lease.c.sink_id == sink_id
+            )
         ).first()
     return tuple(acks), acked_batch_ids(engine, ack, sink_id), lease_row

@@ -36,11 +36,13 @@ def build_upsert(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> In
     """INSERT … ON DUPLICATE KEY UPDATE for rows carrying ``columns``."""
     stmt = insert(table)
     return stmt.on_duplicate_key_update(
-        update_assignments(table, columns, mysql, stmt.inserted))
+        update_assignments(table, columns, mysql, stmt.inserted)
+    )
 
 
-def update_assignments(table: Table, columns: Sequence[str], mysql: MysqlConfig,
-                       new: Any) -> list[tuple[str, ColumnElement]]:
+def update_assignments(
+    table: Table, columns: Sequence[str], mysql: MysqlConfig, new: Any
+) -> list[tuple[str, ColumnElement]]:
     """The ON DUPLICATE KEY UPDATE list; ``new`` names the incoming row.
 
     Key columns are never updated, ``keep`` columns only set on insert, ``add``
@@ -69,7 +71,9 @@ def update_assignments(table: Table, columns: Sequence[str], mysql: MysqlConfig,
             value = new[name]
         assignments.append((name, value))
     if version:
-        assignments.append((version, case((newer, new[version]), else_=table.c[version])))
+        assignments.append(
+            (version, case((newer, new[version]), else_=table.c[version]))
+        )
     if not assignments:
         first_key = mysql.key[0]
         assignments.append((first_key, table.c[first_key]))
@@ -78,9 +82,7 @@ def update_assignments(table: Table, columns: Sequence[str], mysql: MysqlConfig,
 
 def build_delete(table: Table, mysql: MysqlConfig) -> Delete:
     """DELETE by key, executed with one parameter set per deleted row."""
-    return delete(table).where(
-        and_(*[table.c[k] == bindparam(k) for k in mysql.key])
-    )
+    return delete(table).where(and_(*[table.c[k] == bindparam(k) for k in mysql.key]))
 
 
 def _check_columns(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> None:

@@ -115,7 +115,9 @@ class WalReader:
     def staged_batch(self, batch_id: int) -> StagedBatch | None:
         return self.staged_batches(only=batch_id).get(batch_id)
 
-    def read_batch(self, batch: StagedBatch, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    def read_batch(
+        self, batch: StagedBatch, chunk_rows: int
+    ) -> Iterator[pa.RecordBatch]:
         """Yield the batch's rows in staged order, at most ``chunk_rows`` at a time.
 
         The WAL's own columns are dropped; only the stream's columns are yielded.
@@ -128,14 +130,16 @@ class WalReader:
             user_columns = [
                 name for name in parquet.schema_arrow.names if name not in WAL_COLUMNS
             ]
-            for chunk in parquet.iter_batches(batch_size=chunk_rows,
-                                              columns=[*user_columns, SEQ_COLUMN]):
+            for chunk in parquet.iter_batches(
+                batch_size=chunk_rows, columns=[*user_columns, SEQ_COLUMN]
+            ):
                 seq = chunk.column(SEQ_COLUMN)
                 if len(seq) and (seq[0].as_py() <= last or not _rising(seq)):
                     raise TerminalError(
                         f"the WAL holds this batch's rows out of their staged order "
                         f"(in {staged_file.uri}); it is not applied",
-                        batch_id=batch.batch_id)
+                        batch_id=batch.batch_id,
+                    )
                 last = seq[-1].as_py() if len(seq) else last
                 yield chunk.drop_columns([SEQ_COLUMN])
 
@@ -150,8 +154,10 @@ class WalReader:
 
 
 def _rising(seq: pa.Array) -> bool:
-    return len(seq) < 2 or pc.all(pc.less(seq.slice(0, len(seq) - 1),
-                                          seq.slice(1))).as_py()
+    return (
+        len(seq) < 2
+        or pc.all(pc.less(seq.slice(0, len(seq) - 1), seq.slice(1))).as_py()
+    )
 
 
 def _file_order(f: StagedFile) -> tuple[int, str]:

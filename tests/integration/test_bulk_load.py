@@ -13,28 +13,52 @@ from wal_sink.instance import SinkInstance
 from wal_sink.quarantine import Quarantine
 from wal_sink.staging import stage
 
-SCHEMA = "k STRING, amount DECIMAL(12,2), label STRING, flag BOOLEAN, ts TIMESTAMP, seq BIGINT"
-DDL = ("(k VARCHAR(16) PRIMARY KEY, amount DECIMAL(14,2) NOT NULL, label VARCHAR(12), "
-       "flag TINYINT, ts DATETIME(6), seq BIGINT) ENGINE=InnoDB")
+SCHEMA = (
+    "k STRING, amount DECIMAL(12,2), label STRING, flag BOOLEAN, ts TIMESTAMP, "
+    "seq BIGINT"
+)
+DDL = (
+    "(k VARCHAR(16) PRIMARY KEY, amount DECIMAL(14,2) NOT NULL, label VARCHAR(12), "
+    "flag TINYINT, ts DATETIME(6), seq BIGINT) ENGINE=InnoDB"
+)
 
 
 def rows(n: int, start: int = 0):
     ts = datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=timezone.utc)
-    return [(f"k{i % 37}", Decimal(i % 100) / 4, f"t\tb\\{i}" if i % 7 == 0 else None,
-             i % 2 == 0, ts, (i * 7919) % 1000) for i in range(start, start + n)]
+    return [
+        (
+            f"k{i % 37}",
+            Decimal(i % 100) / 4,
+            f"t\tb\\{i}" if i % 7 == 0 else None,
+            i % 2 == 0,
+            ts,
+            (i * 7919) % 1000,
+        )
+        for i in range(start, start + n)
+    ]
 
 
 def run(spark, db, make_config, tmp_path, name: str, data, *, local_infile: bool):
     db.execute(f"DROP TABLE IF EXISTS {name}")
     db.execute(f"CREATE TABLE {name} {DDL}")
     sink_id = name
-    config = make_config(table=name, sink_id=sink_id, merge={"amount": "add"},
-                         version_column="seq", chunk_rows=400, wal_path=tmp_path / name)
+    config = make_config(
+        table=name,
+        sink_id=sink_id,
+        merge={"amount": "add"},
+        version_column="seq",
+        chunk_rows=400,
+        wal_path=tmp_path / name,
+    )
     config = replace(config, mysql=replace(config.mysql, local_infile=local_infile))
     instance = SinkInstance(config)
     committer = instance.start()
-    stage(spark.createDataFrame(data, SCHEMA).repartition(3), sink_id=sink_id, batch_id=0,
-          path=config.wal_path)
+    stage(
+        spark.createDataFrame(data, SCHEMA).repartition(3),
+        sink_id=sink_id,
+        batch_id=0,
+        path=config.wal_path,
+    )
     return config, committer
 
 
@@ -45,7 +69,9 @@ def clean(db):
 
 
 def test_fast_path_gives_the_row_path_result(spark, db, make_config, tmp_path, caplog):
-    long_label = [("k5", Decimal(1), "x" * 20, True, None, 999)] * 3  # LOAD would truncate
+    long_label = [
+        ("k5", Decimal(1), "x" * 20, True, None, 999)
+    ] * 3  # LOAD would truncate
     data = rows(700) + long_label + rows(800, start=700)
     _, slow = run(spark, db, make_config, tmp_path, "slow", data, local_infile=False)
     _, fast = run(spark, db, make_config, tmp_path, "fast", data, local_infile=True)
@@ -54,31 +80,43 @@ def test_fast_path_gives_the_row_path_result(spark, db, make_config, tmp_path, c
     assert (fast_result.rows, fast_result.quarantined) == (1500, 3)
     assert "refused" not in caplog.text
     cols = "k, amount, label, flag, ts, seq"
-    assert db.rows(f"SELECT {cols} FROM fast ORDER BY k") == \
-        db.rows(f"SELECT {cols} FROM slow ORDER BY k")
+    assert db.rows(f"SELECT {cols} FROM fast ORDER BY k") == db.rows(
+        f"SELECT {cols} FROM slow ORDER BY k"
+    )
     assert db.rows("SELECT COUNT(*) FROM fast") == [(37,)]
 
 
-def test_fast_path_quarantines_poison_rows_like_the_row_path(spark, db, make_config,
-                                                            tmp_path):
-    data = rows(300) + [("k1", None, "nullamt", True, None, 1),
-                        ("toolong-key-0123456789", Decimal(1), "x", True, None, 1),
-                        (None, Decimal(1), "nullkey", True, None, 1)]
-    config, fast = run(spark, db, make_config, tmp_path, "fastbad", data, local_infile=True)
+def test_fast_path_quarantines_poison_rows_like_the_row_path(
+    spark, db, make_config, tmp_path
+):
+    data = rows(300) + [
+        ("k1", None, "nullamt", True, None, 1),
+        ("toolong-key-0123456789", Decimal(1), "x", True, None, 1),
+        (None, Decimal(1), "nullkey", True, None, 1),
+    ]
+    config, fast = run(
+        spark, db, make_config, tmp_path, "fastbad", data, local_infile=True
+    )
     result = fast.apply(0)
     assert (result.rows, result.quarantined) == (300, 3)
     entries = Quarantine(config.quarantine_path, "fastbad").read(10)
     assert sorted(e["reason"].split(":")[0] for e in entries) == [
-        "MySQL error 1048", "MySQL error 1406", "null key column(s)"]
+        "MySQL error 1048",
+        "MySQL error 1406",
+        "null key column(s)",
+    ]
     assert json.loads(entries[0]["record"])
 
 
-def test_refused_local_infile_falls_back(spark, db, mariadb, make_config, caplog,
-                                         tmp_path):
+def test_refused_local_infile_falls_back(
+    spark, db, mariadb, make_config, caplog, tmp_path
+):
     with mariadb.root() as root, root.cursor() as cur:
         cur.execute("SET GLOBAL local_infile = 0")
     try:
-        _, fast = run(spark, db, make_config, tmp_path, "refused", rows(500), local_infile=True)
+        _, fast = run(
+            spark, db, make_config, tmp_path, "refused", rows(500), local_infile=True
+        )
         assert fast.apply(0).rows == 500
     finally:
         with mariadb.root() as root, root.cursor() as cur:
@@ -89,9 +127,15 @@ def test_refused_local_infile_falls_back(spark, db, mariadb, make_config, caplog
 
 def test_fast_path_is_atomic(spark, db, make_config, tmp_path):
     """I3 on the fast path: nothing visible before COMMIT."""
-    _, fast = run(spark, db, make_config, tmp_path, "atomic", rows(2000), local_infile=True)
+    _, fast = run(
+        spark, db, make_config, tmp_path, "atomic", rows(2000), local_infile=True
+    )
     seen = []
-    fast.apply(0, on_chunk=lambda done, total: seen.append(
-        db.rows("SELECT COUNT(*) FROM atomic")[0][0]))
+    fast.apply(
+        0,
+        on_chunk=lambda done, total: seen.append(
+            db.rows("SELECT COUNT(*) FROM atomic")[0][0]
+        ),
+    )
     assert len(seen) >= 5 and set(seen) == {0}
     assert db.rows("SELECT COUNT(*) FROM atomic") == [(37,)]

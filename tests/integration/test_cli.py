@@ -23,18 +23,43 @@ from wal_sink.staging import stage
 WAL_SINK = str(Path(sys.executable).with_name("wal-sink"))
 SCHEMA = "k STRING, amount DECIMAL(12,2)"
 STATUS_KEYS = {
-    "sink_id", "wal_path", "wal_exists", "staged_batches", "staged_first", "staged_last",
-    "last_staged_txn", "wal_rows", "wal_bytes", "wal_files", "ack_tables_exist",
-    "acked_batches", "acked_first", "acked_last", "unacked", "rows_applied",
-    "rows_deleted", "rows_quarantined", "last_commit_at", "lag_seconds", "lag_batches",
-    "lease_epoch", "lease_holder", "lease_acquired_at",
+    "sink_id",
+    "wal_path",
+    "wal_exists",
+    "staged_batches",
+    "staged_first",
+    "staged_last",
+    "last_staged_txn",
+    "wal_rows",
+    "wal_bytes",
+    "wal_files",
+    "ack_tables_exist",
+    "acked_batches",
+    "acked_first",
+    "acked_last",
+    "unacked",
+    "rows_applied",
+    "rows_deleted",
+    "rows_quarantined",
+    "last_commit_at",
+    "lag_seconds",
+    "lag_batches",
+    "lease_epoch",
+    "lease_holder",
+    "lease_acquired_at",
 }
 
 
 def cli(config: Path, *args: str, input: str | None = None, env: dict | None = None):
-    return subprocess.run([WAL_SINK, "-c", str(config), *args], capture_output=True,
-                          text=True, input=input, cwd=REPO, timeout=300,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [WAL_SINK, "-c", str(config), *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        cwd=REPO,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def toml(path: Path, db, tmp: Path, url: str | None = None) -> Path:
@@ -43,7 +68,7 @@ def toml(path: Path, db, tmp: Path, url: str | None = None) -> Path:
 id = "ops"
 
 [wal]
-path = "{tmp / 'wal'}"
+path = "{tmp / "wal"}"
 
 [mysql]
 url = "{url or db.url}"
@@ -60,8 +85,10 @@ def ops_sink(db, tmp_path: Path, key_width: int = 16):
 
     for t in ("ops_totals", "wal_sink_ack", "wal_sink_lease"):
         db.execute(f"DROP TABLE IF EXISTS {t}")
-    db.execute(f"CREATE TABLE ops_totals (k VARCHAR({key_width}) PRIMARY KEY, "
-               "amount DECIMAL(14,2)) ENGINE=InnoDB")
+    db.execute(
+        f"CREATE TABLE ops_totals (k VARCHAR({key_width}) PRIMARY KEY, "
+        "amount DECIMAL(14,2)) ENGINE=InnoDB"
+    )
     config_path = toml(tmp_path / "ops.toml", db, tmp_path)
     instance = SinkInstance(load_config(config_path))
     return config_path, instance, instance.start()
@@ -73,8 +100,12 @@ def wal_state(spark, db, tmp_path):
     config_path, instance, committer = ops_sink(db, tmp_path)
     for b in range(3):
         rows = [(f"k{i}", Decimal(b + 1)) for i in range(4)]
-        stage(spark.createDataFrame(rows, SCHEMA), sink_id="ops", batch_id=b,
-              path=instance.config.wal_path)
+        stage(
+            spark.createDataFrame(rows, SCHEMA),
+            sink_id="ops",
+            batch_id=b,
+            path=instance.config.wal_path,
+        )
     committer.apply(0)
     committer.apply(2)
     instance.close()
@@ -102,8 +133,9 @@ def test_status_json_is_stable_and_exits_zero_every_time(wal_state):
     assert (st["rows_applied"], st["wal_rows"], st["lag_batches"]) == (8, 12, 0)
     assert st["lease_epoch"] == 1 and st["wal_files"] >= 3
     for other in outputs[1:]:
-        assert {k: v for k, v in other.items() if k != "lag_seconds"} == \
-               {k: v for k, v in st.items() if k != "lag_seconds"}
+        assert {k: v for k, v in other.items() if k != "lag_seconds"} == {
+            k: v for k, v in st.items() if k != "lag_seconds"
+        }
 
 
 def test_status_for_people_shows_unacked(wal_state):
@@ -129,14 +161,22 @@ def test_replay_without_force_skips_acked(wal_state, db):
 
 
 def test_replay_dry_run_changes_nothing(wal_state, db, tmp_path):
-    before = (totals(db), db.rows("SELECT * FROM wal_sink_ack ORDER BY batch_id"),
-              db.rows("SELECT * FROM wal_sink_lease"), delta_log(tmp_path))
+    before = (
+        totals(db),
+        db.rows("SELECT * FROM wal_sink_ack ORDER BY batch_id"),
+        db.rows("SELECT * FROM wal_sink_lease"),
+        delta_log(tmp_path),
+    )
     r = cli(wal_state, "replay", "--from", "0", "--to", "5", "--force", "--dry-run")
     assert r.returncode == 0, r.stderr
     assert "would apply 3 batch(es)" in r.stdout and "not in the WAL" in r.stdout
     assert "AGAIN" in r.stderr
-    after = (totals(db), db.rows("SELECT * FROM wal_sink_ack ORDER BY batch_id"),
-             db.rows("SELECT * FROM wal_sink_lease"), delta_log(tmp_path))
+    after = (
+        totals(db),
+        db.rows("SELECT * FROM wal_sink_ack ORDER BY batch_id"),
+        db.rows("SELECT * FROM wal_sink_lease"),
+        delta_log(tmp_path),
+    )
     assert after == before
 
 
@@ -153,7 +193,9 @@ def test_purge_keeps_unacked_and_vacuum_frees_crash_leftovers(wal_state, db, tmp
     wal = tmp_path / "wal"
     r = cli(wal_state, "purge", "--before", "3", "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert "would remove 2 acked batch(es)" in r.stdout and "keeping unacked" in r.stdout
+    assert (
+        "would remove 2 acked batch(es)" in r.stdout and "keeping unacked" in r.stdout
+    )
     # What a crash leaves: Parquet never committed, a temporary commit file.
     orphan = wal / "_wal_batch_id=7" / "part-00000-orphan.c000.snappy.parquet"
     orphan.parent.mkdir()
@@ -185,7 +227,9 @@ def test_inspect_shows_rows_and_refuses_unknown_batch(wal_state):
     assert "k0" in r.stdout and "_wal_seq" not in r.stdout
     r = cli(wal_state, "inspect", "9")
     assert r.returncode == 1
-    assert r.stderr.strip() == "error: batch 9 is not in the WAL (never staged, or purged)"
+    assert (
+        r.stderr.strip() == "error: batch 9 is not in the WAL (never staged, or purged)"
+    )
 
 
 def test_init_db_is_idempotent(wal_state):
@@ -196,19 +240,34 @@ def test_init_db_is_idempotent(wal_state):
 
 def test_config_and_environment_errors_are_one_line(db, tmp_path, mariadb):
     r = cli(tmp_path / "missing.toml", "status")
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr
+    assert (
+        r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr
+    )
     bad = tmp_path / "bad.toml"
-    bad.write_text("[sink]\nid = 'x'\n[wal]\npath = 'w'\n[mysql]\nurl = 'mysql+pymysql://u@h/d'\n"
-                   "table = 't'\nkey = ['k']\ncolour = 'red'\n")
+    bad.write_text(
+        "[sink]\nid = 'x'\n[wal]\npath = 'w'\n[mysql]\nurl = 'mysql+pymysql://u@h/d'\n"
+        "table = 't'\nkey = ['k']\ncolour = 'red'\n"
+    )
     r = cli(bad, "status")
-    assert r.returncode == 2 and "mysql.colour" in r.stderr and r.stderr.count("\n") == 1
+    assert (
+        r.returncode == 2 and "mysql.colour" in r.stderr and r.stderr.count("\n") == 1
+    )
     good = toml(tmp_path / "ok.toml", db, tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "WAL_SINK_MYSQL_PASSWORD"}
-    r = subprocess.run([WAL_SINK, "-c", str(good), "status"], capture_output=True,
-                       text=True, env=env, cwd=REPO)
+    r = subprocess.run(
+        [WAL_SINK, "-c", str(good), "status"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert r.returncode == 2 and "export WAL_SINK_MYSQL_PASSWORD" in r.stderr
-    unreachable = toml(tmp_path / "down.toml", db, tmp_path,
-                       url=f"mysql+pymysql://sink@127.0.0.1:{mariadb.port + 1}/x")
+    unreachable = toml(
+        tmp_path / "down.toml",
+        db,
+        tmp_path,
+        url=f"mysql+pymysql://sink@127.0.0.1:{mariadb.port + 1}/x",
+    )
     r = cli(unreachable, "status")
     assert r.returncode == 1 and r.stderr.startswith("error: MySQL error 2003")
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
@@ -217,24 +276,34 @@ def test_config_and_environment_errors_are_one_line(db, tmp_path, mariadb):
 
 def test_usage_errors_exit_two(wal_state):
     assert cli(wal_state, "purge").returncode == 2
-    assert cli(wal_state, "purge", "--before", "1", "--older-than", "1d").returncode == 2
+    assert (
+        cli(wal_state, "purge", "--before", "1", "--older-than", "1d").returncode == 2
+    )
     assert cli(wal_state, "replay", "--from", "3", "--to", "1").returncode == 2
     assert cli(wal_state, "purge", "--older-than", "soon").returncode == 2
 
 
-@pytest.mark.parametrize("command", ["init-db", "status", "recover", "replay", "purge",
-                                     "inspect"])
+@pytest.mark.parametrize(
+    "command", ["init-db", "status", "recover", "replay", "purge", "inspect"]
+)
 def test_every_command_help_has_an_example(command, tmp_path):
-    r = subprocess.run([WAL_SINK, "-c", "unused.toml", command, "--help"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [WAL_SINK, "-c", "unused.toml", command, "--help"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0 and "Example: wal-sink -c" in r.stdout
 
 
 def test_inspect_quarantine_shows_records_and_reasons(spark, db, tmp_path):
     config_path, instance, committer = ops_sink(db, tmp_path, key_width=4)
     rows = [("ok", Decimal(1)), ("far-too-long", Decimal(2)), (None, Decimal(3))]
-    stage(spark.createDataFrame(rows, SCHEMA), sink_id="ops", batch_id=0,
-          path=instance.config.wal_path)
+    stage(
+        spark.createDataFrame(rows, SCHEMA),
+        sink_id="ops",
+        batch_id=0,
+        path=instance.config.wal_path,
+    )
     assert committer.apply(0).quarantined == 2
     instance.close()
     r = cli(config_path, "inspect", "--quarantine")

@@ -32,7 +32,7 @@ def write_config(path: Path, db, tmp: Path) -> None:
 id = "crashy"
 
 [wal]
-path = "{tmp / 'wal'}"
+path = "{tmp / "wal"}"
 
 [mysql]
 url = "{db.url}"
@@ -41,7 +41,7 @@ key = ["k"]
 merge = {{ amount = "add" }}
 
 [job]
-checkpoint = "{tmp / 'checkpoint'}"
+checkpoint = "{tmp / "checkpoint"}"
 """)
 
 
@@ -51,9 +51,15 @@ def run_writer(config: Path, landing: Path, fault: str | None, log: Path) -> int
     if fault:
         env["WAL_SINK_FAULT"] = fault
     with open(log, "ab") as out:
-        proc = subprocess.run([sys.executable, str(WRITER), str(config), str(landing)],
-                              cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                              start_new_session=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, str(WRITER), str(config), str(landing)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            timeout=600,
+        )
     return proc.returncode
 
 
@@ -65,14 +71,18 @@ def unreferenced_parquet(wal: Path, batch_id: int) -> int:
     return len(on_disk - referenced)
 
 
-@pytest.mark.parametrize("point", ["stage.during", "stage.after",
-                                   "commit.before_commit", "commit.after_commit"])
+@pytest.mark.parametrize(
+    "point",
+    ["stage.during", "stage.after", "commit.before_commit", "commit.after_commit"],
+)
 def test_kill_at_protocol_step_then_restart_is_exact(point, db, mariadb, tmp_path):
     db.execute("DROP TABLE IF EXISTS crash_totals")
     db.execute("DROP TABLE IF EXISTS wal_sink_ack")
     db.execute("DROP TABLE IF EXISTS wal_sink_lease")
-    db.execute("CREATE TABLE crash_totals (k VARCHAR(32) PRIMARY KEY, "
-               "amount DECIMAL(14,2), seq BIGINT) ENGINE=InnoDB")
+    db.execute(
+        "CREATE TABLE crash_totals (k VARCHAR(32) PRIMARY KEY, "
+        "amount DECIMAL(14,2), seq BIGINT) ENGINE=InnoDB"
+    )
     expected = write_landing(tmp_path / "landing", BATCHES)
     config = tmp_path / "sink.toml"
     write_config(config, db, tmp_path)
@@ -85,7 +95,9 @@ def test_kill_at_protocol_step_then_restart_is_exact(point, db, mariadb, tmp_pat
     if point == "stage.during":
         assert unreferenced_parquet(tmp_path / "wal", 1) > 0, "killed after the commit"
 
-    assert run_writer(config, tmp_path / "landing", None, log) == 0, log.read_text()[-3000:]
+    assert run_writer(config, tmp_path / "landing", None, log) == 0, log.read_text()[
+        -3000:
+    ]
     totals = dict(db.rows("SELECT k, amount FROM crash_totals"))
     assert totals == expected
     acked = db.rows("SELECT batch_id, row_count FROM wal_sink_ack ORDER BY 1")

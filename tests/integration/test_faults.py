@@ -28,9 +28,11 @@ def target(db):
     for t in ("acct", "wal_sink_ack", "wal_sink_lease", "parent", "bulk"):
         db.execute(f"DROP TABLE IF EXISTS {t}")
     db.execute("CREATE TABLE parent (k VARCHAR(16) PRIMARY KEY) ENGINE=InnoDB")
-    db.execute("CREATE TABLE acct (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(8,2) NOT NULL,"
-               " note VARCHAR(8), CONSTRAINT fk FOREIGN KEY (k) REFERENCES parent (k))"
-               " ENGINE=InnoDB")
+    db.execute(
+        "CREATE TABLE acct (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(8,2) NOT NULL,"
+        " note VARCHAR(8), CONSTRAINT fk FOREIGN KEY (k) REFERENCES parent (k))"
+        " ENGINE=InnoDB"
+    )
     db.execute("INSERT INTO parent VALUES " + ",".join(f"('k{i}')" for i in range(50)))
     return lambda: dict(db.rows("SELECT k, amount FROM acct"))
 
@@ -38,8 +40,12 @@ def target(db):
 def staged(spark, config, rows, batch_id=0, partitions=1):
     instance = SinkInstance(config)
     committer = instance.start()
-    stage(spark.createDataFrame(rows, SCHEMA).coalesce(partitions), sink_id=config.sink.id,
-          batch_id=batch_id, path=config.wal_path)
+    stage(
+        spark.createDataFrame(rows, SCHEMA).coalesce(partitions),
+        sink_id=config.sink.id,
+        batch_id=batch_id,
+        path=config.wal_path,
+    )
     return instance, committer
 
 
@@ -47,15 +53,17 @@ def amounts(n, start=0):
     return [(f"k{i}", Decimal(i + 1), "ok") for i in range(start, start + n)]
 
 
-def test_poison_rows_are_quarantined_and_the_rest_commits(spark, db, target, make_config):
+def test_poison_rows_are_quarantined_and_the_rest_commits(
+    spark, db, target, make_config
+):
     config = make_config(table="acct", merge={"amount": "add"}, chunk_rows=7)
     good = amounts(20)
     poison = [
-        (None, Decimal(1), "nullkey"),            # null key column
-        ("k30", Decimal(1), "much-too-long"),     # 1406 data too long
+        (None, Decimal(1), "nullkey"),  # null key column
+        ("k30", Decimal(1), "much-too-long"),  # 1406 data too long
         ("k31", Decimal("123456789.00"), "range"),  # 1264 out of range
-        ("k32", None, "nullamt"),                   # 1048 null into NOT NULL
-        ("nope", Decimal(1), "fk"),                 # 1452 foreign key
+        ("k32", None, "nullamt"),  # 1048 null into NOT NULL
+        ("nope", Decimal(1), "fk"),  # 1452 foreign key
     ]
     rows = good[:7] + poison[:2] + good[7:14] + poison[2:] + good[14:]
     instance, committer = staged(spark, config, rows)
@@ -68,8 +76,12 @@ def test_poison_rows_are_quarantined_and_the_rest_commits(spark, db, target, mak
     assert len(entries) == 5 and all(e["batch_id"] == 0 for e in entries)
     assert reasons["nullkey"].startswith("null key column(s): k")
     assert {note: reason.split(":")[0] for note, reason in reasons.items()} == {
-        "nullkey": "null key column(s)", "much-too-long": "MySQL error 1406",
-        "range": "MySQL error 1264", "nullamt": "MySQL error 1048", "fk": "MySQL error 1452"}
+        "nullkey": "null key column(s)",
+        "much-too-long": "MySQL error 1406",
+        "range": "MySQL error 1264",
+        "nullamt": "MySQL error 1048",
+        "fk": "MySQL error 1452",
+    }
     # A retried or replayed batch does not record its bad rows twice.
     committer.apply(0, force=True)
     assert len(Quarantine(config.quarantine_path, "s1").read(100)) == 5
@@ -99,6 +111,7 @@ def test_deadlock_victim_batch_is_retried_whole(spark, db, target, make_config):
             with other.cursor() as cur:
                 cur.execute("UPDATE acct SET note = 'other' WHERE k = 'k0'")
                 cur.execute("COMMIT")
+
         threading.Thread(target=then_k0, daemon=True).start()
         blocked.wait()
         time.sleep(0.3)
@@ -110,7 +123,9 @@ def test_deadlock_victim_batch_is_retried_whole(spark, db, target, make_config):
     other.close()
 
 
-def test_lock_held_past_wait_timeout_is_retried(spark, db, mariadb, target, make_config):
+def test_lock_held_past_wait_timeout_is_retried(
+    spark, db, mariadb, target, make_config
+):
     with mariadb.root() as root, root.cursor() as cur:
         cur.execute("SET GLOBAL innodb_lock_wait_timeout = 1")
     try:
@@ -132,9 +147,11 @@ def test_lock_held_past_wait_timeout_is_retried(spark, db, mariadb, target, make
 
 
 def _kill_sink_transaction(db) -> None:
-    (thread,), = db.rows("SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX t "
-                         "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id"
-                         " WHERE p.USER = 'sink'")
+    ((thread,),) = db.rows(
+        "SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX t "
+        "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id"
+        " WHERE p.USER = 'sink'"
+    )
     db.execute(f"KILL CONNECTION {int(thread)}")
 
 
@@ -152,8 +169,9 @@ def test_connection_killed_mid_transaction_is_retried(spark, db, target, make_co
     assert killed and target() == {f"k{i}": Decimal(i + 1) for i in range(6)}
 
 
-def test_lost_commit_reply_reads_the_ack_instead_of_reapplying(spark, db, target,
-                                                               make_config, monkeypatch):
+def test_lost_commit_reply_reads_the_ack_instead_of_reapplying(
+    spark, db, target, make_config, monkeypatch
+):
     config = make_config(table="acct", merge={"amount": "add"})
     instance, committer = staged(spark, config, amounts(4))
     monkeypatch.setenv("WAL_SINK_FAULT", "commit.after_commit:0:lost-once")
@@ -183,6 +201,7 @@ def test_server_down_for_seconds_mid_batch(spark, db, mariadb, target, make_conf
             time.sleep(3)
             mariadb.start()
             restarted.set()
+
         threading.Thread(target=start_again, daemon=True).start()
         time.sleep(0.2)
 
@@ -192,35 +211,72 @@ def test_server_down_for_seconds_mid_batch(spark, db, mariadb, target, make_conf
     assert db.rows("SELECT batch_id, row_count FROM wal_sink_ack") == [(0, 6)]
 
 
-def test_transient_errors_beyond_the_limit_fail_the_batch(spark, db, target, make_config,
-                                                          mariadb):
+def test_transient_errors_beyond_the_limit_fail_the_batch(
+    spark, db, target, make_config, mariadb
+):
     config = make_config(table="acct")
     staged(spark, config, amounts(2))
-    unreachable = replace(config, mysql=replace(
-        config.mysql, url=f"mysql+pymysql://sink@127.0.0.1:{mariadb.port + 1}/x",
-        retry_attempts=2, retry_backoff=0.05))
-    committer = Committer(unreachable, make_engine(unreachable.mysql),
-                          WalReader(unreachable.wal_path), epoch=1)
+    unreachable = replace(
+        config,
+        mysql=replace(
+            config.mysql,
+            url=f"mysql+pymysql://sink@127.0.0.1:{mariadb.port + 1}/x",
+            retry_attempts=2,
+            retry_backoff=0.05,
+        ),
+    )
+    committer = Committer(
+        unreachable,
+        make_engine(unreachable.mysql),
+        WalReader(unreachable.wal_path),
+        epoch=1,
+    )
     with pytest.raises(TransientError, match="MySQL error 2003"):
         committer.apply(0)
 
 
-@pytest.mark.parametrize("ddl, config_kw, message", [
-    ("CREATE TABLE pf (k VARCHAR(8), amount INT) ENGINE=InnoDB", {},
-     "mysql.key \\(k\\) is not the PRIMARY KEY or a UNIQUE key of table 'pf'"),
-    ("CREATE TABLE pf (id INT PRIMARY KEY, k VARCHAR(8), amount INT, UNIQUE KEY u (k, amount))"
-     " ENGINE=InnoDB", {}, "its keys: PRIMARY\\(id\\); u\\(k, amount\\)"),
-    ("CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY, amount VARCHAR(8)) ENGINE=InnoDB",
-     {"merge": {"amount": "add"}}, "'add' but column 'amount'.*not numeric"),
-    ("CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY) ENGINE=InnoDB",
-     {"merge": {"amount": "add"}}, "mysql.merge: column 'amount' does not exist"),
-    ("CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY, v VARCHAR(8)) ENGINE=InnoDB",
-     {"version_column": "v"}, "use a number or a date/time"),
-    ("CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY) ENGINE=MyISAM", {}, "must be InnoDB"),
-    (None, {}, "target table does not exist"),
-])
-def test_preflight_refuses_a_wrong_target_with_one_line(db, make_config, ddl, config_kw,
-                                                        message):
+@pytest.mark.parametrize(
+    "ddl, config_kw, message",
+    [
+        (
+            "CREATE TABLE pf (k VARCHAR(8), amount INT) ENGINE=InnoDB",
+            {},
+            "mysql.key \\(k\\) is not the PRIMARY KEY or a UNIQUE key of table 'pf'",
+        ),
+        (
+            "CREATE TABLE pf (id INT PRIMARY KEY, k VARCHAR(8), amount INT, UNIQUE "
+            "KEY u (k, amount))"
+            " ENGINE=InnoDB",
+            {},
+            "its keys: PRIMARY\\(id\\); u\\(k, amount\\)",
+        ),
+        (
+            "CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY, amount VARCHAR(8)) "
+            "ENGINE=InnoDB",
+            {"merge": {"amount": "add"}},
+            "'add' but column 'amount'.*not numeric",
+        ),
+        (
+            "CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY) ENGINE=InnoDB",
+            {"merge": {"amount": "add"}},
+            "mysql.merge: column 'amount' does not exist",
+        ),
+        (
+            "CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY, v VARCHAR(8)) ENGINE=InnoDB",
+            {"version_column": "v"},
+            "use a number or a date/time",
+        ),
+        (
+            "CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY) ENGINE=MyISAM",
+            {},
+            "must be InnoDB",
+        ),
+        (None, {}, "target table does not exist"),
+    ],
+)
+def test_preflight_refuses_a_wrong_target_with_one_line(
+    db, make_config, ddl, config_kw, message
+):
     db.execute("DROP TABLE IF EXISTS pf")
     if ddl:
         db.execute(ddl)
@@ -251,24 +307,40 @@ def test_sink_works_with_least_privilege_grants(spark, db, mariadb, make_config)
         db.execute(f"DROP TABLE IF EXISTS {t}")
     db.run_sql_file("demo_kpxxb_hzb.sql")
     db.run_sql_file("wal_sink_tables.sql")
-    db.run_sql_file("grants.sql", {"shop.": f"{db.name}.", "change-me": SINK_PASSWORD,
-                                   "'sink'@'%'": "'minimal'@'127.0.0.1'"})
-    config = make_config(table="kpxxb_hzb", key=["swjg_dm", "fpzt"],
-                         merge={"hjje": "add", "fs": "add"})
-    config = replace(config, mysql=replace(config.mysql, url=db.url.replace("sink@", "minimal@")))
+    db.run_sql_file(
+        "grants.sql",
+        {
+            "shop.": f"{db.name}.",
+            "change-me": SINK_PASSWORD,
+            "'sink'@'%'": "'minimal'@'127.0.0.1'",
+        },
+    )
+    config = make_config(
+        table="kpxxb_hzb", key=["swjg_dm", "fpzt"], merge={"hjje": "add", "fs": "add"}
+    )
+    config = replace(
+        config, mysql=replace(config.mysql, url=db.url.replace("sink@", "minimal@"))
+    )
     instance = SinkInstance(config)
     committer = instance.start()
-    stage(spark.createDataFrame([("11101", "0", Decimal("9.50"), 2)],
-                                "swjg_dm STRING, fpzt STRING, hjje DECIMAL(20,2), fs BIGINT"),
-          sink_id="s1", batch_id=0, path=config.wal_path)
+    stage(
+        spark.createDataFrame(
+            [("11101", "0", Decimal("9.50"), 2)],
+            "swjg_dm STRING, fpzt STRING, hjje DECIMAL(20,2), fs BIGINT",
+        ),
+        sink_id="s1",
+        batch_id=0,
+        path=config.wal_path,
+    )
     assert committer.apply(0).rows == 1
     assert committer.apply(0, force=True).rows == 1
     assert db.rows("SELECT hjje, fs FROM kpxxb_hzb") == [(Decimal("19.00"), 4)]
     init_db(instance.engine, config.mysql)  # finds the tables, needs no CREATE grant
 
 
-def test_password_never_in_logs_errors_or_status(spark, db, target, make_config, caplog,
-                                                 tmp_path):
+def test_password_never_in_logs_errors_or_status(
+    spark, db, target, make_config, caplog, tmp_path
+):
     import logging
     import os
     import subprocess
@@ -280,12 +352,20 @@ def test_password_never_in_logs_errors_or_status(spark, db, target, make_config,
     caplog.set_level(logging.DEBUG)
     staged(spark, config, amounts(2))[1].apply(0)
     toml = tmp_path / "s.toml"
-    toml.write_text(f'[sink]\nid = "s1"\n[wal]\npath = "{config.wal_path}"\n'
-                    f'[mysql]\nurl = "{db.url}"\ntable = "acct"\nkey = ["k"]\n')
+    toml.write_text(
+        f'[sink]\nid = "s1"\n[wal]\npath = "{config.wal_path}"\n'
+        f'[mysql]\nurl = "{db.url}"\ntable = "acct"\nkey = ["k"]\n'
+    )
     wal_sink = str(Path(sys.executable).with_name("wal-sink"))
-    outputs = [subprocess.run([wal_sink, "-v", "-c", str(toml), *args], capture_output=True,
-                              text=True, env=os.environ) for args in
-               (["status", "--json"], ["status"], ["recover"], ["inspect", "0"])]
+    outputs = [
+        subprocess.run(
+            [wal_sink, "-v", "-c", str(toml), *args],
+            capture_output=True,
+            text=True,
+            env=os.environ,
+        )
+        for args in (["status", "--json"], ["status"], ["recover"], ["inspect", "0"])
+    ]
     assert all(o.returncode == 0 for o in outputs), [o.stderr for o in outputs]
     bad = replace(config, mysql=replace(config.mysql, table="no_such_table"))
     with pytest.raises(TerminalError) as info:
@@ -309,7 +389,11 @@ def test_tls_options_reach_the_driver(db, target, make_config, tmp_path):
 
 def test_preflight_accepts_every_numeric_type_for_add(db, make_config):
     db.execute("DROP TABLE IF EXISTS pf")
-    db.execute("CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY, a DOUBLE, b FLOAT, c DECIMAL(9,2),"
-               " d TINYINT, v DATETIME(6)) ENGINE=InnoDB")
+    db.execute(
+        "CREATE TABLE pf (k VARCHAR(8) PRIMARY KEY, a DOUBLE, b FLOAT, c DECIMAL(9,2),"
+        " d TINYINT, v DATETIME(6)) ENGINE=InnoDB"
+    )
     merge = {c: "add" for c in "abcd"}
-    assert SinkInstance(make_config(table="pf", merge=merge, version_column="v")).start()
+    assert SinkInstance(
+        make_config(table="pf", merge=merge, version_column="v")
+    ).start()

@@ -24,20 +24,26 @@ def target(db):
     db.execute("DROP TABLE IF EXISTS totals")
     db.execute("DROP TABLE IF EXISTS wal_sink_ack")
     db.execute("DROP TABLE IF EXISTS wal_sink_lease")
-    db.execute("CREATE TABLE totals (k VARCHAR(32) PRIMARY KEY, amount DECIMAL(14,2), "
-               "seq BIGINT) ENGINE=InnoDB")
+    db.execute(
+        "CREATE TABLE totals (k VARCHAR(32) PRIMARY KEY, amount DECIMAL(14,2), "
+        "seq BIGINT) ENGINE=InnoDB"
+    )
     return lambda: dict(db.rows("SELECT k, amount FROM totals"))
 
 
 def acked(db) -> list[int]:
-    return [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY batch_id")]
+    return [
+        r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY batch_id")
+    ]
 
 
 def frame(spark, rows):
     return spark.createDataFrame(rows, SCHEMA)
 
 
-def write_landing(landing: Path, batches: list[list[tuple[str, str, int]]]) -> dict[str, Decimal]:
+def write_landing(
+    landing: Path, batches: list[list[tuple[str, str, int]]]
+) -> dict[str, Decimal]:
     """One JSON file per batch; returns the expected totals."""
     landing.mkdir(parents=True, exist_ok=True)
     expected: dict[str, Decimal] = {}
@@ -53,10 +59,13 @@ def write_landing(landing: Path, batches: list[list[tuple[str, str, int]]]) -> d
 
 def run_stream(spark, sink: WalSink, landing: Path, checkpoint: Path) -> None:
     query = (
-        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(landing))
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(landing))
         .writeStream.foreachBatch(sink.foreach_batch)
         .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination()
 
@@ -96,17 +105,23 @@ def test_redelivered_and_recovered_batch_adds_once(spark, db, target, make_confi
 
 
 def test_reader_during_commit_sees_nothing_until_commit(spark, db, target, make_config):
-    """I3 atomic visibility: a concurrent reader sees none of the batch before COMMIT."""
+    """I3 atomic visibility: a concurrent reader sees none of the batch before
+    COMMIT."""
     config = make_config(merge={"amount": "add"}, chunk_rows=250)
     sink = WalSink(config)
     sink.start()
     rows = [(f"k{i}", Decimal(1), i) for i in range(3000)]
-    stage(frame(spark, rows).repartition(3), sink_id="s1", batch_id=0, path=config.wal_path)
+    stage(
+        frame(spark, rows).repartition(3),
+        sink_id="s1",
+        batch_id=0,
+        path=config.wal_path,
+    )
     seen: list[tuple[int, int, int]] = []
 
     def look(done: int, total: int) -> None:
-        (count,), = db.rows("SELECT COUNT(*) FROM totals")
-        (acks,), = db.rows("SELECT COUNT(*) FROM wal_sink_ack")
+        ((count,),) = db.rows("SELECT COUNT(*) FROM totals")
+        ((acks,),) = db.rows("SELECT COUNT(*) FROM wal_sink_ack")
         seen.append((done, count, acks))
 
     result = sink.committer.apply(0, on_chunk=look)
@@ -122,15 +137,21 @@ def test_redelivered_batch_applies_staged_content(spark, db, target, make_config
     config = make_config(merge={"amount": "add"})
     first = WalSink(config)
     first.start()
-    stage(frame(spark, [("a", Decimal("1.00"), 1)]), sink_id="s1", batch_id=0,
-          path=config.wal_path)
+    stage(
+        frame(spark, [("a", Decimal("1.00"), 1)]),
+        sink_id="s1",
+        batch_id=0,
+        path=config.wal_path,
+    )
     # crash here: staged, never committed. The restarted query recomputes batch 0.
     restarted = WalSink(config)
     restarted.start()
     restarted.foreach_batch(frame(spark, [("z", Decimal("99.00"), 1)]), 0)
     assert target() == {"a": Decimal("1.00")}
     batch = restarted.wal.staged_batch(0)
-    content = [r for chunk in restarted.wal.read_batch(batch, 10) for r in chunk.to_pylist()]
+    content = [
+        r for chunk in restarted.wal.read_batch(batch, 10) for r in chunk.to_pylist()
+    ]
     assert content == [{"k": "a", "amount": Decimal("1.00"), "seq": 1}]
 
 
@@ -140,8 +161,12 @@ def test_purge_keeps_unacked_batches(spark, db, target, make_config):
     sink = WalSink(config)
     sink.start()
     for b in range(3):
-        stage(frame(spark, [(f"k{b}", Decimal(b + 1), b)]), sink_id="s1", batch_id=b,
-              path=config.wal_path)
+        stage(
+            frame(spark, [(f"k{b}", Decimal(b + 1), b)]),
+            sink_id="s1",
+            batch_id=b,
+            path=config.wal_path,
+        )
     sink.committer.apply(0)
     sink.committer.apply(2)
     plan = plan_purge(sink.engine, sink.ack, sink.wal, "s1", before=3)
@@ -164,8 +189,12 @@ def test_zombie_cannot_stage_or_commit_after_takeover(spark, db, target, make_co
     with pytest.raises(FencedError):
         zombie.foreach_batch(frame(spark, [("a", Decimal("2.00"), 2)]), 1)
     assert newer.wal.last_staged("s1") == 0, "the zombie must not stage"
-    stage(frame(spark, [("a", Decimal("4.00"), 2)]), sink_id="s1", batch_id=1,
-          path=config.wal_path)
+    stage(
+        frame(spark, [("a", Decimal("4.00"), 2)]),
+        sink_id="s1",
+        batch_id=1,
+        path=config.wal_path,
+    )
     with pytest.raises(FencedError):
         zombie.committer.apply(1)
     assert target() == {"a": Decimal("1.00")}
@@ -173,8 +202,9 @@ def test_zombie_cannot_stage_or_commit_after_takeover(spark, db, target, make_co
     assert target() == {"a": Decimal("5.00")}
 
 
-def test_new_checkpoint_for_known_sink_refuses_to_start(spark, db, target, make_config,
-                                                        tmp_path):
+def test_new_checkpoint_for_known_sink_refuses_to_start(
+    spark, db, target, make_config, tmp_path
+):
     """I7 checkpoint reset is caught, at recovery and at the first batch."""
     config = make_config(merge={"amount": "add"}, checkpoint=tmp_path / "checkpoint")
     write_landing(tmp_path / "landing", BATCHES)

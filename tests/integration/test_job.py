@@ -28,8 +28,9 @@ SEED = int(os.environ.get("WAL_SINK_TEST_SEED", time.time()))
 rng = random.Random(SEED)
 
 
-def write_config(path: Path, db, tmp: Path, source: str, *, table: str,
-                 extra: str = "") -> Path:
+def write_config(
+    path: Path, db, tmp: Path, source: str, *, table: str, extra: str = ""
+) -> Path:
     path.write_text(f"""
 [sink]
 id = "{path.stem}"
@@ -37,7 +38,7 @@ id = "{path.stem}"
 {source}
 
 [wal]
-path = "{tmp / 'wal'}"
+path = "{tmp / "wal"}"
 
 [mysql]
 url = "{db.url}"
@@ -46,9 +47,9 @@ key = ["k"]
 merge = {{ amount = "add" }}
 
 [job]
-checkpoint = "{tmp / 'checkpoint'}"
+checkpoint = "{tmp / "checkpoint"}"
 trigger = "1 second"
-spark_conf = {{ "spark.sql.shuffle.partitions" = 2, "spark.databricks.delta.snapshotPartitions" = 2 }}
+spark_conf = {{ "spark.sql.shuffle.partitions" = 2 }}
 {extra}
 """)
     return path
@@ -57,16 +58,19 @@ spark_conf = {{ "spark.sql.shuffle.partitions" = 2, "spark.databricks.delta.snap
 def fresh_table(db, name: str) -> None:
     for t in (name, "wal_sink_ack", "wal_sink_lease"):
         db.execute(f"DROP TABLE IF EXISTS {t}")
-    db.execute(f"CREATE TABLE {name} (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(16,2)) "
-               "ENGINE=InnoDB")
+    db.execute(
+        f"CREATE TABLE {name} (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(16,2)) "
+        "ENGINE=InnoDB"
+    )
 
 
 def totals(db, table: str) -> dict[str, Decimal]:
     return dict(db.rows(f"SELECT k, amount FROM {table}"))
 
 
-def survive_kills_then_drain(config: Path, log: Path, feed: Callable[[], None],
-                             rounds: int = 2) -> None:
+def survive_kills_then_drain(
+    config: Path, log: Path, feed: Callable[[], None], rounds: int = 2
+) -> None:
     """While ``feed`` sends data, run the streaming job and SIGKILL it at a random
     moment, ``rounds`` times; then drain with --available-now."""
     feeding = threading.Thread(target=feed)
@@ -86,21 +90,30 @@ def test_files_arriving_while_job_is_killed_land_exactly_once(db, tmp_path):
     fresh_table(db, "file_totals")
     landing = tmp_path / "landing"
     landing.mkdir()
-    config = write_config(tmp_path / "files.toml", db, tmp_path, f"""
+    config = write_config(
+        tmp_path / "files.toml",
+        db,
+        tmp_path,
+        f"""
 [source]
 format = "json"
 path = "{landing}"
 schema = "k STRING, amount DECIMAL(12,2)"
-options = {{ maxFilesPerTrigger = 2 }}""", table="file_totals")
+options = {{ maxFilesPerTrigger = 2 }}""",
+        table="file_totals",
+    )
     expected: dict[str, Decimal] = {}
 
     def arrive() -> None:
         for i in range(60):
-            rows = [(f"k{rng.randrange(8)}", Decimal(rng.randrange(1, 10_000)) / 100)
-                    for _ in range(rng.randrange(1, 30))]
+            rows = [
+                (f"k{rng.randrange(8)}", Decimal(rng.randrange(1, 10_000)) / 100)
+                for _ in range(rng.randrange(1, 30))
+            ]
             tmp = landing / f".f{i:03d}.tmp"
-            tmp.write_text("".join(json.dumps({"k": k, "amount": str(a)}) + "\n"
-                                   for k, a in rows))
+            tmp.write_text(
+                "".join(json.dumps({"k": k, "amount": str(a)}) + "\n" for k, a in rows)
+            )
             tmp.rename(landing / f"f{i:03d}.json")  # appears whole, as sources should
             for k, a in rows:
                 expected[k] = expected.get(k, Decimal(0)) + a
@@ -124,16 +137,24 @@ def kafka(tmp_path_factory):
     broker.stop()
 
 
-def test_kafka_messages_produced_while_job_is_killed_land_exactly_once(db, kafka, tmp_path):
+def test_kafka_messages_produced_while_job_is_killed_land_exactly_once(
+    db, kafka, tmp_path
+):
     print(f"seed {SEED}")
     fresh_table(db, "kafka_totals")
     kafka.create_topic("payments", partitions=2)
-    config = write_config(tmp_path / "kafka.toml", db, tmp_path, f"""
+    config = write_config(
+        tmp_path / "kafka.toml",
+        db,
+        tmp_path,
+        f"""
 [source]
 format = "kafka"
 schema = "k STRING, amount DECIMAL(12,2)"
-options = {{ "kafka.bootstrap.servers" = "{kafka.bootstrap}", subscribe = "payments", startingOffsets = "earliest", maxOffsetsPerTrigger = 150 }}""",
-                          table="kafka_totals")
+options = {{ "kafka.bootstrap.servers" = "{kafka.bootstrap}", subscribe = "payments", \
+startingOffsets = "earliest", maxOffsetsPerTrigger = 150 }}""",
+        table="kafka_totals",
+    )
     expected: dict[str, Decimal] = {}
     garbage: list[str] = []
 
@@ -145,7 +166,9 @@ options = {{ "kafka.bootstrap.servers" = "{kafka.bootstrap}", subscribe = "payme
                 producer.send("payments", garbage[-1].encode())
                 continue
             k, amount = f"k{rng.randrange(6)}", Decimal(rng.randrange(1, 10_000)) / 100
-            producer.send("payments", json.dumps({"k": k, "amount": str(amount)}).encode())
+            producer.send(
+                "payments", json.dumps({"k": k, "amount": str(amount)}).encode()
+            )
             expected[k] = expected.get(k, Decimal(0)) + amount
             time.sleep(0.04)
         producer.flush()
@@ -166,13 +189,19 @@ def quarantined_raw(tmp_path: Path, sink_id: str) -> list[str]:
 def test_unparseable_records_are_quarantined_once_not_applied(db, tmp_path):
     fresh_table(db, "parsed")
     config = landing_config(db, tmp_path, "parsed")
-    bad_lines = ['{"k": "a", "amount": "lots"}', "not json at all", '{"k": "b", "amount": ']
+    bad_lines = [
+        '{"k": "a", "amount": "lots"}',
+        "not json at all",
+        '{"k": "b", "amount": ',
+    ]
     with open(tmp_path / "landing" / "f1.json", "a") as f:
         f.write("\n".join(bad_lines) + "\n")
     for _ in range(2):  # a second run finds nothing new and records nothing twice
         job = JobProcess(config, tmp_path / "job.log", "--available-now")
         assert job.wait() == 0, job.tail()
-    assert totals(db, "parsed") == {"a": Decimal("3.00")}, "no NULLs written over values"
+    assert totals(db, "parsed") == {"a": Decimal("3.00")}, (
+        "no NULLs written over values"
+    )
     assert sorted(quarantined_raw(tmp_path, "parsed")) == sorted(bad_lines)
     assert "unparseable record(s) quarantined" in job.log.read_text()
 
@@ -181,22 +210,39 @@ def landing_config(db, tmp_path: Path, name: str, extra: str = "") -> Path:
     landing = tmp_path / "landing"
     landing.mkdir(exist_ok=True)
     for i in range(3):
-        (landing / f"f{i}.json").write_text(json.dumps({"k": "a", "amount": "1.00"}) + "\n")
+        (landing / f"f{i}.json").write_text(
+            json.dumps({"k": "a", "amount": "1.00"}) + "\n"
+        )
         os.utime(landing / f"f{i}.json", (1_700_000_000 + i,) * 2)
-    return write_config(tmp_path / f"{name}.toml", db, tmp_path, f"""
+    return write_config(
+        tmp_path / f"{name}.toml",
+        db,
+        tmp_path,
+        f"""
 [source]
 format = "json"
 path = "{landing}"
 schema = "k STRING, amount DECIMAL(12,2)"
-options = {{ maxFilesPerTrigger = 1 }}""", table=name, extra=extra)
+options = {{ maxFilesPerTrigger = 1 }}""",
+        table=name,
+        extra=extra,
+    )
 
 
 def test_restart_strategy_gives_up_after_its_attempts(db, tmp_path):
     fresh_table(db, "giveup")
-    config = landing_config(db, tmp_path, "giveup",
-                            'restart = { strategy = "fixed-delay", attempts = 2, delay = "1s" }')
-    job = JobProcess(config, tmp_path / "job.log", "--available-now",
-                     env=job_env(WAL_SINK_FAULT="commit.before_commit:1:raise"))
+    config = landing_config(
+        db,
+        tmp_path,
+        "giveup",
+        'restart = { strategy = "fixed-delay", attempts = 2, delay = "1s" }',
+    )
+    job = JobProcess(
+        config,
+        tmp_path / "job.log",
+        "--available-now",
+        env=job_env(WAL_SINK_FAULT="commit.before_commit:1:raise"),
+    )
     assert job.wait() == 1
     log = job.text()
     assert "restart 1/2" in log and "restart 2/2" in log
@@ -206,11 +252,19 @@ def test_restart_strategy_gives_up_after_its_attempts(db, tmp_path):
 
 def test_restart_after_a_failure_recovers_and_drains(db, tmp_path):
     fresh_table(db, "retry")
-    config = landing_config(db, tmp_path, "retry",
-                            'restart = { strategy = "failure-rate", max_failures = 2, '
-                            'interval = "1 minute", delay = "1s" }')
-    job = JobProcess(config, tmp_path / "job.log", "--available-now",
-                     env=job_env(WAL_SINK_FAULT="commit.before_commit:1:raise-once"))
+    config = landing_config(
+        db,
+        tmp_path,
+        "retry",
+        'restart = { strategy = "failure-rate", max_failures = 2, '
+        'interval = "1 minute", delay = "1s" }',
+    )
+    job = JobProcess(
+        config,
+        tmp_path / "job.log",
+        "--available-now",
+        env=job_env(WAL_SINK_FAULT="commit.before_commit:1:raise-once"),
+    )
     assert job.wait() == 0, job.tail()
     assert "injected fault" in job.text()
     assert totals(db, "retry") == {"a": Decimal("3.00")}
@@ -254,8 +308,12 @@ def test_invoice_pipeline_from_files_is_exact(db, tmp_path):
 
     start = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
     files: list[list[dict]] = [
-        [feed.message(start + timedelta(milliseconds=150 * (f * 40 + i))) for i in range(40)]
-        for f in range(6)]
+        [
+            feed.message(start + timedelta(milliseconds=150 * (f * 40 + i)))
+            for i in range(40)
+        ]
+        for f in range(6)
+    ]
     # A closing invoice an hour later moves the watermark past every earlier window;
     # --available-now then runs the batch without data that emits them.
     files += [[feed.closing(start)]]
@@ -264,17 +322,21 @@ def test_invoice_pipeline_from_files_is_exact(db, tmp_path):
         path.write_text("".join(json.dumps(m) + "\n" for m in messages))
         os.utime(path, (1_700_000_000 + i,) * 2)
     conf = (REPO / "conf" / "invoices_files.toml").read_text()
-    conf = (conf.replace("var/landing/invoices", str(landing))
-            .replace("var/wal/invoices_files", str(tmp_path / "wal"))
-            .replace("var/checkpoints/invoices_files", str(tmp_path / "cp"))
-            .replace("mysql+pymysql://sink@127.0.0.1:33306/shop", db.url)
-            .replace("maxFilesPerTrigger = 2", "maxFilesPerTrigger = 1"))
+    conf = (
+        conf.replace("var/landing/invoices", str(landing))
+        .replace("var/wal/invoices_files", str(tmp_path / "wal"))
+        .replace("var/checkpoints/invoices_files", str(tmp_path / "cp"))
+        .replace("mysql+pymysql://sink@127.0.0.1:33306/shop", db.url)
+        .replace("maxFilesPerTrigger = 2", "maxFilesPerTrigger = 1")
+    )
     config = tmp_path / "invoices_files.toml"
     config.write_text(conf)
     job = JobProcess(config, tmp_path / "job.log", "--available-now")
     assert job.wait() == 0, job.tail()
-    got = {(r[0], r[1]): (r[2], r[3])
-           for r in db.rows("SELECT swjg_dm, fpzt, hjje, fs FROM kpxxb_hzb")}
+    got = {
+        (r[0], r[1]): (r[2], r[3])
+        for r in db.rows("SELECT swjg_dm, fpzt, hjje, fs FROM kpxxb_hzb")
+    }
     assert got == dict(feed.expected)
     assert sum(c for _, c in got.values()) == 228, "every 20th message lacks magic"
 
@@ -287,20 +349,55 @@ def test_job_runs_unchanged_on_a_standalone_cluster(db, tmp_path):
     spark_class = str(Path(sys.executable).with_name("spark-class"))
     port = free_port()
     env = job_env(SPARK_LOG_DIR=str(tmp_path), SPARK_WORKER_DIR=str(tmp_path / "work"))
-    master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master",
-                               "--host", "127.0.0.1", "--port", str(port),
-                               "--webui-port", "0"], env=env, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker",
-                               "--host", "127.0.0.1", "--webui-port", "0", "--cores", "2",
-                               "--memory", "1g", f"spark://127.0.0.1:{port}"], env=env,
-                              start_new_session=True, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    master = subprocess.Popen(
+        [
+            spark_class,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            "0",
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    worker = subprocess.Popen(
+        [
+            spark_class,
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--webui-port",
+            "0",
+            "--cores",
+            "2",
+            "--memory",
+            "1g",
+            f"spark://127.0.0.1:{port}",
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(8)
-        job = JobProcess(config, tmp_path / "job.log", "--available-now", env=env,
-                         submit_args=("--master", f"spark://127.0.0.1:{port}",
-                                      "--conf", "spark.executor.memory=512m"))
+        job = JobProcess(
+            config,
+            tmp_path / "job.log",
+            "--available-now",
+            env=env,
+            submit_args=(
+                "--master",
+                f"spark://127.0.0.1:{port}",
+                "--conf",
+                "spark.executor.memory=512m",
+            ),
+        )
         assert job.wait() == 0, job.tail()
         executors = list((tmp_path / "work").glob("app-*/*"))
         assert executors, "no executor JVM ran on the worker"

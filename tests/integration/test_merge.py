@@ -17,11 +17,15 @@ SCHEMA = "k STRING, amount DECIMAL(12,2), label STRING, first_seen STRING, seq B
 def target(db):
     for t in ("items", "wal_sink_ack", "wal_sink_lease"):
         db.execute(f"DROP TABLE IF EXISTS {t}")
-    db.execute("CREATE TABLE items (k VARCHAR(32) NOT NULL, amount DECIMAL(14,2), "
-               "label VARCHAR(32), first_seen VARCHAR(32), seq BIGINT, "
-               "UNIQUE KEY uk (k)) ENGINE=InnoDB")
-    return lambda: {r[0]: r[1:] for r in db.rows(
-        "SELECT k, amount, label, first_seen, seq FROM items")}
+    db.execute(
+        "CREATE TABLE items (k VARCHAR(32) NOT NULL, amount DECIMAL(14,2), "
+        "label VARCHAR(32), first_seen VARCHAR(32), seq BIGINT, "
+        "UNIQUE KEY uk (k)) ENGINE=InnoDB"
+    )
+    return lambda: {
+        r[0]: r[1:]
+        for r in db.rows("SELECT k, amount, label, first_seen, seq FROM items")
+    }
 
 
 def rows(spark, *values):
@@ -36,7 +40,9 @@ def test_policies_overwrite_add_keep(spark, target, make_config):
     assert target() == {"a": (Decimal(3), "y", "mon", 2)}
 
 
-def test_replaying_older_batch_never_regresses_newer_value(spark, db, target, make_config):
+def test_replaying_older_batch_never_regresses_newer_value(
+    spark, db, target, make_config
+):
     config = make_config(table="items", merge={"amount": "add"}, version_column="seq")
     sink = WalSink(config)
     sink.foreach_batch(rows(spark, ("a", Decimal(1), "old", "", 5)), 0)
@@ -54,8 +60,12 @@ def test_replaying_older_batch_never_regresses_newer_value(spark, db, target, ma
 def test_version_guard_within_one_batch_keeps_highest(spark, target, make_config):
     config = make_config(table="items", version_column="seq")
     sink = WalSink(config)
-    sink.foreach_batch(rows(spark, ("a", Decimal(1), "v7", "", 7),
-                            ("a", Decimal(1), "v3", "", 3)).coalesce(1), 0)
+    sink.foreach_batch(
+        rows(
+            spark, ("a", Decimal(1), "v7", "", 7), ("a", Decimal(1), "v3", "", 3)
+        ).coalesce(1),
+        0,
+    )
     assert (target()["a"][1], target()["a"][3]) == ("v7", 7)
 
 
@@ -63,15 +73,20 @@ CDC_SCHEMA = "op STRING, k STRING, amount DECIMAL(12,2), label STRING, seq BIGIN
 
 
 def test_cdc_insert_update_delete_ends_as_last_op(spark, db, target, make_config):
-    config = make_config(table="items", cdc={"op_column": "op", "order_by": "seq",
-                                             "delete_values": ["D"]})
+    config = make_config(
+        table="items",
+        cdc={"op_column": "op", "order_by": "seq", "delete_values": ["D"]},
+    )
     sink = WalSink(config)
     events = [
-        ("I", "a", Decimal(1), "a1", 1), ("U", "a", Decimal(2), "a2", 2),
+        ("I", "a", Decimal(1), "a1", 1),
+        ("U", "a", Decimal(2), "a2", 2),
         ("D", "a", None, None, 3),
-        ("I", "b", Decimal(5), "b1", 4), ("D", "b", None, None, 5),
+        ("I", "b", Decimal(5), "b1", 4),
+        ("D", "b", None, None, 5),
         ("I", "b", Decimal(6), "b2", 6),
-        ("I", "c", Decimal(9), "c1", 7), ("U", "c", Decimal(8), "c2", 8),
+        ("I", "c", Decimal(9), "c1", 7),
+        ("U", "c", Decimal(8), "c2", 8),
     ]
     # Shuffled and spread over partitions: the order must come from cdc.order_by.
     df = spark.createDataFrame(list(reversed(events)), CDC_SCHEMA).repartition(3)
@@ -98,20 +113,32 @@ def test_non_innodb_target_is_refused(spark, db, make_config):
 
 def test_timestamps_land_as_utc(spark, db, make_config):
     db.execute("DROP TABLE IF EXISTS events")
-    db.execute("CREATE TABLE events (k VARCHAR(8) PRIMARY KEY, ts DATETIME(6)) "
-               "ENGINE=InnoDB")
+    db.execute(
+        "CREATE TABLE events (k VARCHAR(8) PRIMARY KEY, ts DATETIME(6)) ENGINE=InnoDB"
+    )
     sink = WalSink(make_config(table="events", sink_id="ts"))
     ts = datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=timezone.utc)
     sink.foreach_batch(spark.createDataFrame([("a", ts)], "k STRING, ts TIMESTAMP"), 0)
-    assert db.rows("SELECT ts FROM events") == [(datetime(2026, 1, 2, 3, 4, 5, 600000),)]
+    assert db.rows("SELECT ts FROM events") == [
+        (datetime(2026, 1, 2, 3, 4, 5, 600000),)
+    ]
 
 
 def test_staged_rows_keep_stream_order_across_files(spark, make_config, target):
     config = make_config(table="items", sink_id="order")
     sink = WalSink(config)
     sink.start()
-    df = spark.range(5000).selectExpr("cast(id as string) k", "cast(1 as decimal(12,2)) amount",
-                                      "'x' label", "'' first_seen", "id seq").repartition(4)
+    df = (
+        spark.range(5000)
+        .selectExpr(
+            "cast(id as string) k",
+            "cast(1 as decimal(12,2)) amount",
+            "'x' label",
+            "'' first_seen",
+            "id seq",
+        )
+        .repartition(4)
+    )
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
     try:  # several range partitions, hence several files
         stage(df, sink_id="order", batch_id=0, path=config.wal_path, order_by="seq")
@@ -119,5 +146,9 @@ def test_staged_rows_keep_stream_order_across_files(spark, make_config, target):
         spark.conf.unset("spark.sql.adaptive.coalescePartitions.enabled")
     batch = sink.wal.staged_batch(0)
     assert len(batch.files) > 1
-    seqs = [s for chunk in sink.wal.read_batch(batch, 700) for s in chunk.column("seq").to_pylist()]
+    seqs = [
+        s
+        for chunk in sink.wal.read_batch(batch, 700)
+        for s in chunk.column("seq").to_pylist()
+    ]
     assert seqs == list(range(5000))

@@ -18,7 +18,8 @@ SCHEMA = "k STRING, amount DECIMAL(12,2), seq BIGINT"
 
 def main(config_path: str, landing: str) -> None:
     spark = (
-        SparkSession.builder.master("local[2]").appName("wal_sink crash writer")
+        SparkSession.builder.master("local[2]")
+        .appName("wal_sink crash writer")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -29,7 +30,9 @@ def main(config_path: str, landing: str) -> None:
     sink = WalSink.from_config(config_path)
     sink.recover(spark)
     query = (
-        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(landing)
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(landing)
         .repartition(6)
         .writeStream.foreachBatch(sink.foreach_batch)
         .option("checkpointLocation", sink.config.resolve(sink.config.job.checkpoint))

@@ -15,21 +15,42 @@ def batch(**columns) -> pa.RecordBatch:
 
 
 def test_sql_literals_escape_quotes_backslashes_and_control_characters():
-    b = batch(s=["it's", 'say "hi"', "back\\slash", "nul\0", "a\nb\rc\x1a", "50% %s",
-                 "", None, "ü€😀"])
+    b = batch(
+        s=[
+            "it's",
+            'say "hi"',
+            "back\\slash",
+            "nul\0",
+            "a\nb\rc\x1a",
+            "50% %s",
+            "",
+            None,
+            "ü€😀",
+        ]
+    )
     (values,) = sql_rows(b, ["s"], 10_000)
-    assert values == ("('it\\'s'),('say \\\"hi\\\"'),('back\\\\slash'),('nul\\0'),"
-                      "('a\\nb\\rc\\Z'),('50% %s'),(''),(NULL),('ü€😀')")
+    assert values == (
+        "('it\\'s'),('say \\\"hi\\\"'),('back\\\\slash'),('nul\\0'),"
+        "('a\\nb\\rc\\Z'),('50% %s'),(''),(NULL),('ü€😀')"
+    )
 
 
 def test_sql_literals_of_numbers_dates_and_times():
-    b = batch(i=[1, None], d=pa.array([Decimal("-1.50"), Decimal("2.00")], pa.decimal128(6, 2)),
-              f=[0.1, 1e20], flag=[True, False], day=[date(2026, 1, 2), None],
-              at=pa.array([datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc), None],
-                          pa.timestamp("us", tz="UTC")))
+    b = batch(
+        i=[1, None],
+        d=pa.array([Decimal("-1.50"), Decimal("2.00")], pa.decimal128(6, 2)),
+        f=[0.1, 1e20],
+        flag=[True, False],
+        day=[date(2026, 1, 2), None],
+        at=pa.array(
+            [datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc), None],
+            pa.timestamp("us", tz="UTC"),
+        ),
+    )
     assert sql_rows(b, ["i", "d", "f", "flag", "day", "at"], 10_000) == [
         "(1,-1.50,0.1,1,'2026-01-02','2026-01-02 03:04:05.000006'),"
-        "(NULL,2.00,1e+20,0,NULL,NULL)"]
+        "(NULL,2.00,1e+20,0,NULL,NULL)"
+    ]
 
 
 def test_sql_rows_split_by_size_in_order_and_never_split_a_row():
@@ -37,7 +58,10 @@ def test_sql_rows_split_by_size_in_order_and_never_split_a_row():
     lists = sql_rows(b, ["k"], 30)
     assert len(lists) > 1
     assert ",".join(lists) == ",".join(f"('key-{i}')" for i in range(10))
-    assert sql_rows(batch(k=["x" * 100, "y"]), ["k"], 30) == [f"('{'x' * 100}')", "('y')"]
+    assert sql_rows(batch(k=["x" * 100, "y"]), ["k"], 30) == [
+        f"('{'x' * 100}')",
+        "('y')",
+    ]
 
 
 def test_sql_rows_of_a_slice_start_at_the_slice():
@@ -48,7 +72,8 @@ def test_sql_rows_of_a_slice_start_at_the_slice():
 def test_tsv_escapes_and_marks_nulls():
     b = batch(s=["t\tab", "new\nline\r", "back\\", None], n=[1, 2, None, 4])
     assert tsv(b, ["s", "n"]).to_pybytes() == (
-        b"t\\tab\t1\t0\nnew\\nline\\r\t2\t1\nback\\\\\t\\N\t2\n\\N\t4\t3\n")
+        b"t\\tab\t1\t0\nnew\\nline\\r\t2\t1\nback\\\\\t\\N\t2\n\\N\t4\t3\n"
+    )
 
 
 def test_nan_and_infinity_are_not_rendered_and_binary_has_no_text_form():

@@ -12,13 +12,17 @@ def test_fixed_delay_allows_exactly_its_attempts():
 
 def test_failure_rate_counts_failures_inside_the_interval():
     now = [0.0]
-    policy = RestartPolicy(RestartConfig(strategy="failure-rate", max_failures=2,
-                                         interval=60.0), clock=lambda: now[0])
+    policy = RestartPolicy(
+        RestartConfig(strategy="failure-rate", max_failures=2, interval=60.0),
+        clock=lambda: now[0],
+    )
     assert policy.allow_restart() and policy.allow_restart()
     now[0] = 30.0
     assert not policy.allow_restart(), "third failure within a minute"
-    policy = RestartPolicy(RestartConfig(strategy="failure-rate", max_failures=2,
-                                         interval=60.0), clock=lambda: now[0])
+    policy = RestartPolicy(
+        RestartConfig(strategy="failure-rate", max_failures=2, interval=60.0),
+        clock=lambda: now[0],
+    )
     for t in (0.0, 50.0, 100.0, 150.0, 200.0):
         now[0] = t
         assert policy.allow_restart(), f"failures 50s apart never exceed 2/min (t={t})"

@@ -11,7 +11,9 @@ SQL_FILE = Path(__file__).resolve().parents[2] / "sql" / "wal_sink_tables.sql"
 
 
 def _normalise(sql: str) -> list[str]:
-    sql = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    sql = "\n".join(
+        line for line in sql.splitlines() if not line.lstrip().startswith("--")
+    )
     return [re.sub(r"\s+", " ", s).strip() for s in sql.split(";") if s.strip()]
 
 

@@ -8,9 +8,15 @@ from wal_sink.config import MysqlConfig
 from wal_sink.errors import TerminalError
 from wal_sink.upsert import build_delete, build_upsert
 
-TABLE = Table("totals", MetaData(), Column("org", String(8), primary_key=True),
-              Column("amount", Numeric(12, 2)), Column("label", String(8)),
-              Column("first", String(8)), Column("seq", BigInteger))
+TABLE = Table(
+    "totals",
+    MetaData(),
+    Column("org", String(8), primary_key=True),
+    Column("amount", Numeric(12, 2)),
+    Column("label", String(8)),
+    Column("first", String(8)),
+    Column("seq", BigInteger),
+)
 
 
 def config(**kw):
@@ -23,7 +29,8 @@ def render(stmt, server_version):
     dialect.is_mariadb = server_version[0] == 10
     # What MySQLDialect.initialize() decides from the server version on connect.
     dialect._requires_alias_for_on_duplicate_key = (
-        not dialect.is_mariadb and server_version >= (8, 0, 20))
+        not dialect.is_mariadb and server_version >= (8, 0, 20)
+    )
     return str(stmt.compile(dialect=dialect)).split("ON DUPLICATE KEY UPDATE")[1]
 
 
@@ -31,8 +38,11 @@ COLUMNS = ["org", "amount", "label", "first", "seq"]
 
 
 def test_mariadb_uses_values_function_and_version_last():
-    stmt = build_upsert(TABLE, COLUMNS, config(merge={"amount": "add", "first": "keep"},
-                                               version_column="seq"))
+    stmt = build_upsert(
+        TABLE,
+        COLUMNS,
+        config(merge={"amount": "add", "first": "keep"}, version_column="seq"),
+    )
     sql = render(stmt, (10, 11, 0))
     assert "VALUES(amount)" in sql and "coalesce(totals.amount, 0)" in sql
     assert "first" not in sql, "keep columns are set on insert only"
