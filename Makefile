@@ -1,43 +1,63 @@
 # Set-up and entry points. `make test` and `make demo` work on a fresh machine:
-# they create .venv/, install the Python packages, fetch the JVM jars with Maven
-# and install MariaDB from Debian when `mariadbd` is missing.
+# they create .venv/ (and .venv-delta/, the Spark-side reader of the WAL), install
+# the Python packages, fetch the JVM jars with Maven and install MariaDB from Debian
+# when `mariadbd` is missing. Each set-up step prints one line; the tools' own output
+# is in var/setup.log.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+DELTA_VENV := .venv-delta
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-MVN := mvn -q -B -s .mvn/settings.xml
+MVN := mvn -B -q -Dstyle.color=never -s .mvn/settings.xml
+STEP := devtools/step
 
-.PHONY: setup venv jars mariadb test test-unit demo bench clean
+.PHONY: setup venv venv-delta jars mariadb lint test test-unit demo bench clean
 
-setup: venv jars mariadb
+setup: venv venv-delta jars mariadb
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: setup.cfg pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
-	touch $@
+	@$(STEP) venv sh -c '$(PYTHON) -m venv $(VENV) && \
+	  $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e ".[test]"'
+	@touch $@
+
+# delta-spark supports pyspark <= 4.2 only: a second, small virtualenv holds it, for
+# the test that reads the WAL from Spark the way users query it (tests/interop).
+venv-delta: $(DELTA_VENV)/.installed
+$(DELTA_VENV)/.installed: devtools/delta-reader-requirements.txt
+	@$(STEP) venv-delta sh -c '$(PYTHON) -m venv $(DELTA_VENV) && \
+	  $(DELTA_VENV)/bin/pip install -q -r devtools/delta-reader-requirements.txt'
+	@touch $@
 
 # Jars go to .jars/; spark-defaults.conf of the virtualenv's pyspark then puts them
-# on the driver's classpath at launch, for `python` and `spark-submit` alike.
+# on the driver's classpath at launch, for `python` and `spark-submit` alike. The
+# Kafka connector is taken at pyspark's own version when Maven Central has it.
 jars: $(VENV)/.jars-configured
 $(VENV)/.jars-configured: pom.xml $(VENV)/.installed
-	rm -rf .jars
-	$(MVN) -Pspark dependency:copy-dependencies
-	$(MVN) -Pbroker dependency:copy-dependencies
-	$(PY) -m wal_sink.spark_defaults .jars/spark
-	touch $@
+	@rm -rf .jars
+	@$(STEP) jars sh -c 'v=$$($(PY) -c "import pyspark; print(pyspark.__version__)"); \
+	  $(MVN) -Pspark -Dspark.version=$$v dependency:copy-dependencies \
+	  || { echo "Kafka connector $$v is not on Maven Central; using the pom default"; \
+	       $(MVN) -Pspark dependency:copy-dependencies; } && \
+	  $(MVN) -Pdelta dependency:copy-dependencies && \
+	  $(MVN) -Pbroker dependency:copy-dependencies && \
+	  $(PY) -m wal_sink.spark_defaults .jars/spark'
+	@touch $@
 
 mariadb:
-	@command -v mariadbd >/dev/null || command -v /usr/sbin/mariadbd >/dev/null || { \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq mariadb-server mariadb-client; }
+	@command -v mariadbd >/dev/null || command -v /usr/sbin/mariadbd >/dev/null || \
+	  $(STEP) mariadb sh -c '$(SUDO) apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    mariadb-server mariadb-client'
+
+lint: venv
+	@$(PY) -m ruff check wal_sink jobs tests bench devtools
 
 demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m devtools.demo
 
-test: setup
+test: setup lint
 	$(PY) -m pytest
 
 test-unit: venv
@@ -52,4 +72,4 @@ bench: setup
 	$(PY) -m bench.status_latency
 
 clean:
-	rm -rf $(VENV) .jars var .pytest_cache
+	rm -rf $(VENV) $(DELTA_VENV) .jars var .pytest_cache

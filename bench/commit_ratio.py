@@ -18,6 +18,7 @@ from bench.common import Bench, ratio_line, seconds, spark_session
 from wal_sink.config import SinkConfig
 from wal_sink.instance import SinkInstance
 from wal_sink.staging import stage
+from wal_sink.wal_writer import WalWriter
 
 TABLE = (
     "(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(14,2), label VARCHAR(32), "
@@ -44,7 +45,7 @@ def main(rows: int = 200_000, repeat: int = 5) -> None:
         config = bench.config("target", version_column="seq")
         instance = SinkInstance(config)
         committer = instance.start()
-        stage(df, sink_id="bench", batch_id=0, path=config.wal_path)
+        stage(df, WalWriter(config.wal_path, "bench"), 0)
         fast_config = replace(
             config,
             sink=SinkConfig("bench_fast"),

@@ -74,7 +74,6 @@ def spark_session():
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.driver.memory", "2g")
         .getOrCreate()
     )

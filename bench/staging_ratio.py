@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bench.common import ratio_line, seconds, spark_session
 from wal_sink.staging import stage
+from wal_sink.wal_writer import WalWriter
 
 
 def main(rows: int = 2_000_000, repeat: int = 5) -> None:
@@ -29,15 +30,13 @@ def main(rows: int = 2_000_000, repeat: int = 5) -> None:
         .cache()
     )
     df.count()
-    stage(df, sink_id="warm", batch_id=0, path=str(work / "warm"))
+    stage(df, WalWriter(str(work / "warm"), "warm"), 0)
     ours, baseline = [], []
     for batch_id in range(repeat):
         ours.append(
             rows
             / seconds(
-                lambda: stage(
-                    df, sink_id="bench", batch_id=batch_id, path=str(work / "wal")
-                )
+                lambda: stage(df, WalWriter(str(work / "wal"), "bench"), batch_id)
             )
         )
         baseline.append(

@@ -2,9 +2,8 @@
 
 The click layer only parses options, calls library functions and renders their
 results (rich for people, JSON for scripts). Errors are one line on stderr: exit 1
-when the command failed, 2 for usage and configuration errors. Read paths (status,
-inspect, recover's reads) never start a JVM; purge starts a local Spark because the
-WAL is changed only by the Delta implementation that writes it.
+when the command failed, 2 for usage and configuration errors. No command starts a
+JVM: delta-rs reads and writes the WAL.
 """
 
 from __future__ import annotations
@@ -299,8 +298,8 @@ def replay(
     "--retain",
     default="1 hour",
     show_default=True,
-    help="--vacuum keeps unreferenced files younger than this; keep it above "
-    "your longest batch write while a job runs.",
+    help="--vacuum keeps unreferenced files younger than this (in whole hours, "
+    "rounded up); keep it above your longest batch write while a job runs.",
 )
 @click.pass_context
 @_one_line_errors
@@ -344,19 +343,16 @@ def purge(
         if not sink.wal.exists() or (dry_run and not do_vacuum):
             return
         from wal_sink.purge import execute_purge
-        from wal_sink.spark_session import local_session
-        from wal_sink.vacuum import vacuum
+        from wal_sink.wal_maintenance import vacuum
 
-        spark = local_session("wal-sink purge")
-        if not dry_run:
-            execute_purge(spark, sink.config.wal_path, plan)
+        if not dry_run and plan.remove:
+            execute_purge(sink.wal, plan)
         if do_vacuum:
             result = vacuum(
-                spark, sink.config.wal_path, retain_seconds, dry_run=dry_run
+                sink.wal.path, sink.wal.storage, retain_seconds, dry_run=dry_run
             )
             verb = "vacuum would free" if dry_run else "vacuum freed"
             out.print(f"{verb} {_bytes(result.bytes)} in {result.files} file(s)")
-        spark.stop()
 
 
 @main.command()
@@ -389,9 +385,9 @@ def inspect(
         if quarantine:
             from wal_sink.quarantine import Quarantine
 
-            entries = Quarantine(sink.config.quarantine_path, sink.sink_id).read(
-                limit, batch_id
-            )
+            entries = Quarantine(
+                sink.config.quarantine_path, sink.sink_id, storage=sink.config.storage
+            ).read(limit, batch_id)
             table = RichTable(
                 title=f"quarantine {sink.config.quarantine_path}: "
                 f"showing {len(entries)}",

@@ -89,7 +89,9 @@ class Committer:
         self.wal = wal
         self.epoch = epoch
         self.ack, self.lease = sink_tables(config.mysql)
-        self.quarantine = Quarantine(config.quarantine_path, config.sink.id)
+        self.quarantine = Quarantine(
+            config.quarantine_path, config.sink.id, storage=config.storage
+        )
         self._target: Table | None = None
         self._bulk_load_allowed = True
 
@@ -107,6 +109,7 @@ class Committer:
         self,
         batch_id: int,
         *,
+        batch: StagedBatch | None = None,
         force: bool = False,
         on_chunk: ChunkCallback | None = None,
     ) -> CommitResult:
@@ -118,6 +121,8 @@ class Committer:
         the batch is then reported as already applied.
 
         Args:
+            batch: the batch as staging committed it (saves reading the WAL's file
+                list); by default it is looked up in the WAL.
             force: re-apply even if acked (operator replay): the old ack row is
                 replaced in the same transaction, so ``add`` columns add again.
                 A retry first checks whether the ack row was already replaced (a
@@ -137,7 +142,9 @@ class Committer:
                     now = self._ack_values(batch_id)
                     if now is not None and now != before:
                         return CommitResult(batch_id, True, now[0], now[1], now[2])
-                return self._apply_once(batch_id, force=force, on_chunk=on_chunk)
+                return self._apply_once(
+                    batch_id, batch=batch, force=force, on_chunk=on_chunk
+                )
             except TransientError as e:
                 if attempt > mysql.retry_attempts:
                     raise
@@ -170,11 +177,17 @@ class Committer:
         return tuple(row) if row else None
 
     def _apply_once(
-        self, batch_id: int, *, force: bool, on_chunk: ChunkCallback | None
+        self,
+        batch_id: int,
+        *,
+        batch: StagedBatch | None,
+        force: bool,
+        on_chunk: ChunkCallback | None,
     ) -> CommitResult:
         started = time.monotonic()
-        self.wal.refresh()
-        batch = self.wal.staged_batch(batch_id)
+        if batch is None:
+            self.wal.refresh()
+            batch = self.wal.staged_batch(batch_id)
         try:
             target = self.target()
             with self.engine.connect() as conn, conn.begin() as tx:

@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError
+from wal_sink.storage import Storage
 
 SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -170,6 +171,11 @@ class Config:
         if "://" in path or os.path.isabs(path):
             return path
         return str((self.base_dir / path).resolve())
+
+    @property
+    def storage(self) -> Storage:
+        """How the job, the CLI and Spark reach the WAL and quarantine locations."""
+        return Storage()
 
     @property
     def wal_path(self) -> str:

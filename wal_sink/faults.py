@@ -9,8 +9,9 @@ JVM die as in a power cut; run the writer in its own session
 ``lost-once`` raises, once, the lost-connection error (2013) a client sees when the
 reply to COMMIT never arrives. Unset, every hook is a no-op.
 
-Points: ``stage.during`` (a WAL Parquet file of the batch exists, the Delta commit
-does not yet), ``stage.after``, ``commit.before_commit``, ``commit.after_commit``.
+Points: ``stage.during`` (executors are writing the batch's Parquet files),
+``stage.before_commit`` (the attempt's files are written, the delta-rs commit is not
+made), ``stage.after`` (committed), ``commit.before_commit``, ``commit.after_commit``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ import time
 from pathlib import Path
 
 ENV = "WAL_SINK_FAULT"
-POINTS = ("stage.during", "stage.after", "commit.before_commit", "commit.after_commit")
+POINTS = (
+    "stage.during",
+    "stage.before_commit",
+    "stage.after",
+    "commit.before_commit",
+    "commit.after_commit",
+)
 
 
 ACTIONS = ("kill", "raise", "raise-once", "lost-once")
@@ -76,19 +83,16 @@ def hit(point: str, batch_id: int) -> None:
         )
 
 
-def watch_stage(wal_path: str, partition_dir: str, batch_id: int) -> None:
-    """Arm ``stage.during``: die as soon as a Parquet file of the batch appears.
-
-    Delta writes data files into the partition directory before it writes the commit
-    JSON, so dying then leaves written-but-uncommitted files, as a real crash would.
-    """
+def watch_stage(partition_dir: str, batch_id: int) -> None:
+    """Arm ``stage.during``: die as soon as a Parquet file of the batch appears
+    anywhere under its partition directory (local WALs), while executors write."""
     if _armed("stage.during", batch_id) != "kill":
         return
-    directory = Path(wal_path) / partition_dir
+    directory = Path(partition_dir)
 
     def watch() -> None:
         while True:
-            if directory.is_dir() and any(directory.glob("*.parquet")):
+            if directory.is_dir() and any(directory.rglob("*.parquet")):
                 _kill()
             time.sleep(0.005)
 

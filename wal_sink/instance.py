@@ -17,6 +17,7 @@ from wal_sink.preflight import preflight
 from wal_sink.recovery import high_water, recover
 from wal_sink.schema import init_db, sink_tables
 from wal_sink.wal import WalReader
+from wal_sink.wal_writer import WalWriter
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ class SinkInstance:
     def __init__(self, config: Config, engine: Engine | None = None) -> None:
         self.config = config
         self.engine = engine or make_engine(config.mysql)
-        self.wal = WalReader(config.wal_path)
+        self.wal = WalReader(config.wal_path, config.storage)
+        self.writer = WalWriter(config.wal_path, config.sink.id, config.storage)
         self.ack, self.lease = sink_tables(config.mysql)
         self.committer: Committer | None = None
         self.high_water: int | None = None

@@ -34,7 +34,6 @@ from wal_sink.source import (
     read_source,
     streaming_frame,
 )
-from wal_sink.spark_session import require_delta
 
 log = logging.getLogger("wal_sink.job")
 
@@ -138,7 +137,10 @@ class ParseErrorRunner:
 
     def __init__(self, config: Config) -> None:
         self.quarantine = Quarantine(
-            config.quarantine_path, config.sink.id, stream=PARSE_STREAM
+            config.quarantine_path,
+            config.sink.id,
+            stream=PARSE_STREAM,
+            storage=config.storage,
         )
         self.reason = (
             f"could not parse as {config.source.format} with source.schema "
@@ -230,9 +232,8 @@ def run_job(
     """Run until drained (``available_now``), stopped, or the strategy gives up."""
     if config.job is None:
         raise ConfigError("config section [job] is missing; the job needs it")
-    spark = require_delta(
-        spark
-        or SparkSession.builder.appName(f"wal_sink {config.sink.id}").getOrCreate()
+    spark = spark or (
+        SparkSession.builder.appName(f"wal_sink {config.sink.id}").getOrCreate()
     )
     for key, value in config.job.spark_conf.items():
         spark.conf.set(key, value)

@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from pyspark.sql import SparkSession
 from sqlalchemy import Engine, Table, select
 
-from wal_sink.staging import delete_batches
 from wal_sink.wal import WalReader
+from wal_sink.wal_maintenance import delete_batches
 
 
 @dataclass(frozen=True)
@@ -65,5 +64,5 @@ def plan_purge(
     )
 
 
-def execute_purge(spark: SparkSession, wal_path: str, plan: PurgePlan) -> None:
-    delete_batches(spark, wal_path, list(plan.remove))
+def execute_purge(wal: WalReader, plan: PurgePlan) -> None:
+    delete_batches(wal.path, wal.storage, list(plan.remove))

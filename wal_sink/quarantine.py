@@ -4,8 +4,7 @@ id, reason and the record.
 
 Entries of a batch are written before that batch's MySQL COMMIT, so they are never
 lost, and with Delta's app-transaction id (sink id, batch id), so a retried or
-replayed batch does not record them twice. This is a table of its own, written only
-with delta-rs; the WAL stays written by delta-spark alone.
+replayed batch does not record them twice. Written with delta-rs, like the WAL.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from wal_sink.storage import Storage
 from wal_sink.wal import open_parquet
 
 SCHEMA = pa.schema(
@@ -57,14 +57,23 @@ class Quarantine:
     parse-error stream), whose batch ids are its own: each gets its own Delta app id
     (``sink_id:stream``; ':' cannot occur in a sink id)."""
 
-    def __init__(self, path: str, sink_id: str, stream: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        sink_id: str,
+        stream: str | None = None,
+        storage: Storage = Storage(),
+    ) -> None:
         self.path = path
         self.sink_id = sink_id
         self.app_id = f"{sink_id}:{stream}" if stream else sink_id
+        self.storage = storage
 
     def _table(self) -> DeltaTable | None:
         try:
-            return DeltaTable(self.path)
+            return DeltaTable(
+                self.path, storage_options=self.storage.delta_options or None
+            )
         except TableNotFoundError:
             return None
 
@@ -95,6 +104,7 @@ class Quarantine:
             self.path,
             data,
             mode="append",
+            storage_options=self.storage.delta_options or None,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=self.app_id, version=batch_id)]
             ),
@@ -108,7 +118,7 @@ class Quarantine:
             return []
         rows: list[dict[str, Any]] = []
         for uri in table.file_uris():
-            for chunk in open_parquet(uri).iter_batches(batch_size=1000):
+            for chunk in open_parquet(uri, self.storage).iter_batches(batch_size=1000):
                 for row in chunk.to_pylist():
                     if row["sink_id"] == self.sink_id and batch_id in (
                         None,

@@ -4,9 +4,10 @@
     sink.recover()
     df.writeStream.foreachBatch(sink.foreach_batch).option("checkpointLocation", ...)
 
-Per batch (DESIGN.md §2): stage to the WAL (Step 1), apply in one MySQL transaction
-with the ack row (Step 2), return so Spark records the batch (Step 3). On start the
-lease is taken (epoch + 1) and staged batches without an ack are applied first.
+Per batch (DESIGN.md §2): stage to the WAL (Step 1: executors write Parquet, delta-rs
+commits it), apply in one MySQL transaction with the ack row (Step 2), return so
+Spark records the batch (Step 3). On start the lease is taken (epoch + 1) and staged
+batches without an ack are applied first.
 """
 
 from __future__ import annotations
@@ -19,15 +20,14 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import Engine
 
-from wal_sink import faults, lease
+from wal_sink import lease
 from wal_sink.checkpoint import last_planned_batch
 from wal_sink.committer import CommitResult
 from wal_sink.config import Config, load_config
-from wal_sink.errors import CheckpointResetError, TerminalError
+from wal_sink.errors import CheckpointResetError
 from wal_sink.instance import SinkInstance
 from wal_sink.recovery import check_checkpoint
 from wal_sink.staging import stage
-from wal_sink.wal import BATCH_COLUMN
 
 
 @dataclass(frozen=True)
@@ -92,29 +92,13 @@ class WalSink(SinkInstance):
                 lock=False,
                 batch_id=batch_id,
             )
-        # Step 1. Stage.
+        # Step 1. Stage (None: the WAL already holds this batch, apply what it holds).
         started = time.monotonic()
-        faults.watch_stage(self.config.wal_path, f"{BATCH_COLUMN}={batch_id}", batch_id)
-        stage(
-            df,
-            sink_id=self.sink_id,
-            batch_id=batch_id,
-            path=self.config.wal_path,
-            order_by=self.config.cdc.order_by if self.config.cdc else None,
-        )
-        faults.hit("stage.after", batch_id)
-        self.wal.refresh()
-        staged = self.wal.last_staged(self.sink_id)
-        if staged is None or staged < batch_id:
-            raise TerminalError(
-                f"the WAL at {self.config.wal_path!r} does not record this batch after "
-                f"staging (last staged: {staged})",
-                sink_id=self.sink_id,
-                batch_id=batch_id,
-            )
+        order_by = self.config.cdc.order_by if self.config.cdc else None
+        staged = stage(df, self.writer, batch_id, order_by)
         staged_at = time.monotonic()
         # Step 2. Commit. Step 3 is returning: Spark then writes its commit log.
-        result = committer.apply(batch_id)
+        result = committer.apply(batch_id, batch=staged)
         self.last_report = BatchReport(
             result, (staged_at - started) * 1000, (time.monotonic() - staged_at) * 1000
         )

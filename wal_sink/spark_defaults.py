@@ -1,9 +1,10 @@
 """Set-up step: put the fetched jars on the driver's classpath at launch.
 
 A builder's ``spark.jars`` set after ``spark-submit`` started the JVM is too late for
-Delta's SQL extension, so ``make jars`` writes them, with Delta's session settings,
-into ``spark-defaults.conf`` of the installed pyspark (its SPARK_HOME). Both
+a source such as Kafka on some paths, so ``make jars`` writes them into
+``spark-defaults.conf`` of the installed pyspark (its SPARK_HOME). Both
 ``python app.py`` and ``spark-submit app.py`` from the virtualenv then find them.
+The job needs no Delta jar: delta-rs commits the WAL.
 
 Usage: python -m wal_sink.spark_defaults JAR_DIR
 """
@@ -14,11 +15,6 @@ import sys
 from pathlib import Path
 
 import pyspark
-
-DELTA_SETTINGS = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-}
 
 
 def write_defaults(jar_dir: Path) -> Path:
@@ -31,7 +27,6 @@ def write_defaults(jar_dir: Path) -> Path:
     lines = [
         "# Written by `python -m wal_sink.spark_defaults` (make jars); do not edit.",
         f"spark.jars {','.join(jars)}",
-        *(f"{k} {v}" for k, v in DELTA_SETTINGS.items()),
     ]
     target.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return target

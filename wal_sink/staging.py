@@ -1,96 +1,159 @@
-"""Step 1 of the protocol: Spark writes a micro-batch into the WAL Delta table.
+"""Step 1 of the protocol: executors write a micro-batch into the WAL, the driver
+commits exactly those files.
 
-Executors write in parallel; nothing is collected onto the driver. Delta's
-idempotent-write options (``txnAppId`` = sink id, ``txnVersion`` = batch id) make a
-re-delivered batch a no-op, so what was staged first is what gets applied (I4).
-Removing batches (purge) also goes through delta-spark: one Delta implementation
-writes the WAL.
+Executors write the batch as plain Parquet into a directory of this attempt's own,
+``_wal_batch_id=N/<attempt>/``; nothing is collected onto the driver. After the
+write succeeded the driver lists that directory (Spark's ``part-*`` files only,
+never a listing of the whole partition), reads each file's footer for its exact row
+count and ``_wal_seq`` range, and hands them to ``WalWriter.commit``. A batch the
+WAL already records is not written again: what was staged first stands (I4).
+
+No Delta jar is involved: the job runs on whatever Spark the user has.
 """
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from wal_sink import faults
 from wal_sink.config import RESERVED_PREFIX
 from wal_sink.errors import TerminalError
-from wal_sink.wal import BATCH_COLUMN, SEQ_COLUMN
+from wal_sink.storage import join
+from wal_sink.storage_errors import storage_error
+from wal_sink.wal import BATCH_COLUMN, SEQ_COLUMN, StagedBatch, StagedFile
+from wal_sink.wal_writer import WalWriter, WrittenFile
 
-# Table properties, set when the first batch creates the WAL (writer options with the
-# ``delta.`` prefix; the user's session and other tables are left alone). Deletion
-# vectors would hide deleted rows from readers that only list files; the WAL deletes
-# whole partitions anyway. Statistics: only ``_wal_seq``, whose minimum orders a
-# batch's files (wal.py), and numRecords; statistics on every user column cost about
-# a fifth of the write and serve data skipping, which the WAL never does.
-WAL_TABLE_PROPERTIES = {
-    "delta.enableDeletionVectors": "false",
-    "delta.dataSkippingStatsColumns": SEQ_COLUMN,
-}
-# A partitioned write sorts each task's rows by the partition columns unless Spark
-# may keep a file open per partition value; every staged row has the same one. With
-# the sort, a large batch is buffered in the driver JVM (local mode) and, once it
-# spills, rows with equal keys have no guaranteed order. Set for the write only; a
-# limit of 1 still sorts here (measured), 2 does not.
-CONCURRENT_WRITERS = ("spark.sql.maxConcurrentOutputFileWriters", "2")
+# Spark writes TIMESTAMP columns as INT96 unless told otherwise; INT96 is deprecated,
+# has no statistics and is read as nanoseconds. Set for the write only.
+WRITE_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+FOOTER_READERS = 8
 
 
 def stage(
-    df: DataFrame,
-    *,
-    sink_id: str,
-    batch_id: int,
-    path: str,
-    order_by: str | None = None,
-) -> None:
-    """Append ``df`` as batch ``batch_id`` unless Delta already holds that version.
+    df: DataFrame, writer: WalWriter, batch_id: int, order_by: str | None = None
+) -> StagedBatch | None:
+    """Stage ``df`` as batch ``batch_id``; None when the WAL already holds it.
 
     With ``order_by`` (CDC) rows are range-partitioned and sorted on it first, so the
     ``_wal_seq`` given to each row follows ``order_by`` across the whole batch.
+
+    Returns:
+        The batch as this call committed it, files in apply order.
     """
     reserved = [c for c in df.columns if c.startswith(RESERVED_PREFIX)]
     if reserved:
         raise TerminalError(
             f"stream column(s) {', '.join(reserved)} use the reserved prefix "
             f"{RESERVED_PREFIX!r}; rename them in [transform]",
-            sink_id=sink_id,
+            sink_id=writer.sink_id,
             batch_id=batch_id,
         )
+    staged = writer.staged_version()
+    if staged is not None and staged >= batch_id:
+        return None
     if order_by is not None:
         df = df.repartitionByRange(order_by).sortWithinPartitions(order_by)
-    staged = df.select(
+    frame = df.select(
         F.monotonically_increasing_id().alias(SEQ_COLUMN),
         *[F.col(f"`{c}`") for c in df.columns],
-        F.lit(batch_id).cast("long").alias(BATCH_COLUMN),
     )
-    writer = (
-        staged.write.format("delta")
-        .mode("append")
-        .partitionBy(BATCH_COLUMN)
-        .option("txnAppId", sink_id)
-        .option("txnVersion", batch_id)
-        .options(**WAL_TABLE_PROPERTIES)
+    attempt = f"{BATCH_COLUMN}={batch_id}/{uuid.uuid4().hex}"
+    faults.watch_stage(join(writer.location, f"{BATCH_COLUMN}={batch_id}"), batch_id)
+    with session_conf(df.sparkSession, WRITE_CONF):
+        frame.write.mode("errorifexists").parquet(join(writer.location, attempt))
+    files, schema = attempt_files(writer, attempt, batch_id)
+    faults.hit("stage.before_commit", batch_id)
+    if not writer.commit(batch_id, files, schema):
+        return None
+    faults.hit("stage.after", batch_id)
+    return StagedBatch.ordered(
+        batch_id,
+        [
+            StagedFile(join(writer.location, f.path), f.rows, f.size, f.min_seq)
+            for f in files
+        ],
     )
-    conf = df.sparkSession.conf
-    key, writers = CONCURRENT_WRITERS
-    before = conf.get(key, None)
-    if before is None or int(before) < int(writers):
-        conf.set(key, writers)
+
+
+def attempt_files(
+    writer: WalWriter, attempt: str, batch_id: int
+) -> tuple[list[WrittenFile], pa.Schema]:
+    """The Parquet files Spark wrote for this attempt, with their footers' facts.
+
+    Only ``part-*`` files count: Spark's ``_SUCCESS``, and checksum or temporary
+    files starting with ``.`` or ``_``, are no data.
+    """
+    fs, root = writer.storage.filesystem(writer.location)
     try:
-        writer.save(path)
+        listed = fs.get_file_info(pafs.FileSelector(f"{root}/{attempt}"))
+        parts = sorted(
+            (i for i in listed if i.is_file and i.base_name.startswith("part-")),
+            key=lambda i: i.base_name,
+        )
+        with ThreadPoolExecutor(FOOTER_READERS) as pool:
+            footers = list(
+                pool.map(lambda i: pq.read_metadata(fs.open_input_file(i.path)), parts)
+            )
+    except Exception as e:
+        raise storage_error(
+            e, join(writer.location, attempt), sink_id=writer.sink_id, batch_id=batch_id
+        ) from e
+    if not parts:
+        raise TerminalError(
+            f"Spark wrote no Parquet file into {join(writer.location, attempt)}",
+            sink_id=writer.sink_id,
+            batch_id=batch_id,
+        )
+    files = [
+        WrittenFile(
+            path=f"{attempt}/{info.base_name}",
+            size=info.size,
+            modified_ms=info.mtime_ns // 1_000_000,
+            rows=footer.num_rows,
+            **_seq_range(footer),
+        )
+        for info, footer in zip(parts, footers)
+    ]
+    return files, footers[0].schema.to_arrow_schema()
+
+
+def _seq_range(footer: pq.FileMetaData) -> dict[str, int | None]:
+    """Min and max ``_wal_seq`` over the file's row groups, from their statistics."""
+    column = footer.schema.names.index(SEQ_COLUMN)
+    lows, highs = [], []
+    for i in range(footer.num_row_groups):
+        group = footer.row_group(i)
+        if group.num_rows == 0:
+            continue
+        stats = group.column(column).statistics
+        if stats is None or not stats.has_min_max:
+            return {"min_seq": None, "max_seq": None}
+        lows.append(stats.min)
+        highs.append(stats.max)
+    return {"min_seq": min(lows, default=None), "max_seq": max(highs, default=None)}
+
+
+@contextmanager
+def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """Set Spark SQL ``settings`` for a block, then put the previous values back."""
+    conf = spark.conf
+    before = {key: conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        conf.set(key, value)
+    try:
+        yield
     finally:
-        if before is None:
-            conf.unset(key)
-        else:
-            conf.set(key, before)
-
-
-def delta_table(spark: SparkSession, path: str) -> DeltaTable:
-    return DeltaTable.forPath(spark, path)
-
-
-def delete_batches(spark: SparkSession, path: str, batch_ids: list[int]) -> None:
-    """Remove whole batches from the WAL (callers must pass only acked ones: I5)."""
-    if not batch_ids:
-        return
-    delta_table(spark, path).delete(F.col(BATCH_COLUMN).isin(batch_ids))
+        for key, value in before.items():
+            if value is None:
+                conf.unset(key)
+            else:
+                conf.set(key, value)

@@ -18,12 +18,13 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from wal_sink.errors import TerminalError
+from wal_sink.errors import TerminalError, WalSinkError
+from wal_sink.storage import Storage
+from wal_sink.storage_errors import storage_error
 
 BATCH_COLUMN = "_wal_batch_id"
 SEQ_COLUMN = "_wal_seq"
@@ -42,6 +43,11 @@ class StagedFile:
 class StagedBatch:
     batch_id: int
     files: tuple[StagedFile, ...]
+    """In apply order: by their first ``_wal_seq``."""
+
+    @classmethod
+    def ordered(cls, batch_id: int, files: list[StagedFile]) -> StagedBatch:
+        return cls(batch_id, tuple(sorted(files, key=_file_order)))
 
     @property
     def rows(self) -> int:
@@ -55,27 +61,35 @@ class StagedBatch:
 class WalReader:
     """Read-only view of one WAL table; ``refresh()`` picks up new commits."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, storage: Storage = Storage()) -> None:
         self.path = path
+        self.storage = storage
         self._table: DeltaTable | None = None
 
     def exists(self) -> bool:
-        return DeltaTable.is_deltatable(self.path)
+        return self.table() is not None
 
     def table(self) -> DeltaTable | None:
         """The current snapshot, or None while nothing was ever staged."""
         if self._table is None:
             try:
-                self._table = DeltaTable(self.path)
+                self._table = DeltaTable(
+                    self.path, storage_options=self.storage.delta_options or None
+                )
             except TableNotFoundError:
                 return None
+            except Exception as e:
+                raise storage_error(e, self.path) from e
         return self._table
 
     def refresh(self) -> None:
-        if self._table is not None:
-            self._table.update_incremental()
-        else:
+        if self._table is None:
             self.table()
+            return
+        try:
+            self._table.update_incremental()
+        except Exception as e:
+            raise storage_error(e, self.path) from e
 
     def last_staged(self, sink_id: str) -> int | None:
         """Highest batch id whose stage committed (Delta's txn version for the app)."""
@@ -108,8 +122,7 @@ class WalReader:
                 )
             )
         return {
-            b: StagedBatch(b, tuple(sorted(files, key=_file_order)))
-            for b, files in sorted(by_batch.items())
+            b: StagedBatch.ordered(b, files) for b, files in sorted(by_batch.items())
         }
 
     def staged_batch(self, batch_id: int) -> StagedBatch | None:
@@ -126,22 +139,28 @@ class WalReader:
         """
         last = -1
         for staged_file in batch.files:
-            parquet = open_parquet(staged_file.uri)
-            user_columns = [
-                name for name in parquet.schema_arrow.names if name not in WAL_COLUMNS
-            ]
-            for chunk in parquet.iter_batches(
-                batch_size=chunk_rows, columns=[*user_columns, SEQ_COLUMN]
-            ):
-                seq = chunk.column(SEQ_COLUMN)
-                if len(seq) and (seq[0].as_py() <= last or not _rising(seq)):
-                    raise TerminalError(
-                        f"the WAL holds this batch's rows out of their staged order "
-                        f"(in {staged_file.uri}); it is not applied",
-                        batch_id=batch.batch_id,
-                    )
-                last = seq[-1].as_py() if len(seq) else last
-                yield chunk.drop_columns([SEQ_COLUMN])
+            try:
+                parquet = open_parquet(staged_file.uri, self.storage)
+                user_columns = [
+                    n for n in parquet.schema_arrow.names if n not in WAL_COLUMNS
+                ]
+                chunks = parquet.iter_batches(
+                    batch_size=chunk_rows, columns=[*user_columns, SEQ_COLUMN]
+                )
+                for chunk in chunks:
+                    seq = chunk.column(SEQ_COLUMN)
+                    if len(seq) and (seq[0].as_py() <= last or not _rising(seq)):
+                        raise TerminalError(
+                            "the WAL holds this batch's rows out of their staged "
+                            f"order (in {staged_file.uri}); it is not applied",
+                            batch_id=batch.batch_id,
+                        )
+                    last = seq[-1].as_py() if len(seq) else last
+                    yield chunk.drop_columns([SEQ_COLUMN])
+            except WalSinkError:
+                raise
+            except Exception as e:
+                raise storage_error(e, staged_file.uri, batch_id=batch.batch_id) from e
 
     def head(self, batch: StagedBatch, limit: int) -> list[dict]:
         """The first ``limit`` rows of a batch in apply order, as Python values."""
@@ -170,8 +189,6 @@ def _join_uri(base: str, relative: str) -> str:
     return f"{base}/{unquote(relative)}"
 
 
-def open_parquet(uri: str) -> pq.ParquetFile:
-    if "://" in uri:
-        filesystem, path = pafs.FileSystem.from_uri(uri)
-        return pq.ParquetFile(filesystem.open_input_file(path))
-    return pq.ParquetFile(uri)
+def open_parquet(uri: str, storage: Storage) -> pq.ParquetFile:
+    filesystem, path = storage.filesystem(uri)
+    return pq.ParquetFile(filesystem.open_input_file(path))

@@ -12,6 +12,7 @@ import pytest
 from wal_sink.instance import SinkInstance
 from wal_sink.quarantine import Quarantine
 from wal_sink.staging import stage
+from wal_sink.wal_writer import WalWriter
 
 SCHEMA = (
     "k STRING, amount DECIMAL(12,2), label STRING, flag BOOLEAN, ts TIMESTAMP, "
@@ -55,9 +56,8 @@ def run(spark, db, make_config, tmp_path, name: str, data, *, local_infile: bool
     committer = instance.start()
     stage(
         spark.createDataFrame(data, SCHEMA).repartition(3),
-        sink_id=sink_id,
-        batch_id=0,
-        path=config.wal_path,
+        WalWriter(config.wal_path, sink_id),
+        0,
     )
     return config, committer
 

@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import REPO
 from wal_sink.instance import SinkInstance
 from wal_sink.staging import stage
+from wal_sink.wal_writer import WalWriter
 
 WAL_SINK = str(Path(sys.executable).with_name("wal-sink"))
 SCHEMA = "k STRING, amount DECIMAL(12,2)"
@@ -102,9 +103,8 @@ def wal_state(spark, db, tmp_path):
         rows = [(f"k{i}", Decimal(b + 1)) for i in range(4)]
         stage(
             spark.createDataFrame(rows, SCHEMA),
-            sink_id="ops",
-            batch_id=b,
-            path=instance.config.wal_path,
+            WalWriter(instance.config.wal_path, "ops"),
+            b,
         )
     committer.apply(0)
     committer.apply(2)
@@ -196,25 +196,33 @@ def test_purge_keeps_unacked_and_vacuum_frees_crash_leftovers(wal_state, db, tmp
     assert (
         "would remove 2 acked batch(es)" in r.stdout and "keeping unacked" in r.stdout
     )
-    # What a crash leaves: Parquet never committed, a temporary commit file.
-    orphan = wal / "_wal_batch_id=7" / "part-00000-orphan.c000.snappy.parquet"
-    orphan.parent.mkdir()
+    # What a crash leaves: an attempt's Parquet never committed, temporary commit
+    # files of delta-rs (NNN.json#N) and of Delta (.NNN.json.<id>.tmp).
+    orphan = wal / "_wal_batch_id=7" / "0ddba11" / "part-00000-orphan.c000.parquet"
+    orphan.parent.mkdir(parents=True)
     orphan.write_bytes(b"x" * 4096)
-    temp_commit = wal / "_delta_log" / ".00000000000000000009.json.0b1c.tmp"
-    temp_commit.write_text("{}")
+    temp_commits = [
+        wal / "_delta_log" / ".00000000000000000009.json.0b1c.tmp",
+        wal / "_delta_log" / "00000000000000000009.json#1",
+    ]
+    for temp in temp_commits:
+        temp.write_text("{}")
     old = time.time() - 7200
-    for p in (orphan, temp_commit):
+    for p in (orphan, *temp_commits, orphan.parent, orphan.parent.parent):
         os.utime(p, (old, old))
     log_before = delta_log(tmp_path)
     r = cli(wal_state, "purge", "--before", "3", "--vacuum", "--retain", "0s")
     assert r.returncode == 0, r.stderr
     assert "removing 2 acked batch(es)" in r.stdout and "vacuum freed" in r.stdout
-    assert not orphan.exists() and not temp_commit.exists()
+    assert not orphan.exists() and not any(t.exists() for t in temp_commits)
+    assert not (wal / "_wal_batch_id=7").exists(), "emptied directories removed"
     from deltalake import DeltaTable
 
-    remaining = {Path(u).parent.name for u in DeltaTable(str(wal)).file_uris()}
+    remaining = {
+        Path(u).relative_to(wal).parts[0] for u in DeltaTable(str(wal)).file_uris()
+    }
     assert remaining == {"_wal_batch_id=1"}
-    assert not any((wal / "_wal_batch_id=0").glob("*.parquet")), "vacuumed"
+    assert not any((wal / "_wal_batch_id=0").rglob("*.parquet")), "vacuumed"
     assert len(delta_log(tmp_path)) > len(log_before) - 1
     r = cli(wal_state, "recover")
     assert r.returncode == 0 and "batch 1: 4 rows" in r.stdout
@@ -300,9 +308,8 @@ def test_inspect_quarantine_shows_records_and_reasons(spark, db, tmp_path):
     rows = [("ok", Decimal(1)), ("far-too-long", Decimal(2)), (None, Decimal(3))]
     stage(
         spark.createDataFrame(rows, SCHEMA),
-        sink_id="ops",
-        batch_id=0,
-        path=instance.config.wal_path,
+        WalWriter(instance.config.wal_path, "ops"),
+        0,
     )
     assert committer.apply(0).quarantined == 2
     instance.close()

@@ -15,6 +15,8 @@ from deltalake import DeltaTable
 
 from tests.conftest import REPO
 from tests.integration.test_invariants import write_landing
+from wal_sink.storage import Storage
+from wal_sink.wal_maintenance import vacuum
 
 pytestmark = pytest.mark.crash
 
@@ -64,16 +66,25 @@ def run_writer(config: Path, landing: Path, fault: str | None, log: Path) -> int
 
 
 def unreferenced_parquet(wal: Path, batch_id: int) -> int:
-    on_disk = {p.name for p in (wal / f"_wal_batch_id={batch_id}").glob("*.parquet")}
+    """Parquet files of the batch (in attempt directories, Spark's temporary ones
+    included) that the WAL does not reference: what a crash left behind."""
+    partition = wal / f"_wal_batch_id={batch_id}"
+    on_disk = {str(p) for p in partition.rglob("*.parquet")}
     referenced = set()
     if DeltaTable.is_deltatable(str(wal)):
-        referenced = {Path(u).name for u in DeltaTable(str(wal)).file_uris()}
+        referenced = set(DeltaTable(str(wal)).file_uris())
     return len(on_disk - referenced)
 
 
 @pytest.mark.parametrize(
     "point",
-    ["stage.during", "stage.after", "commit.before_commit", "commit.after_commit"],
+    [
+        "stage.during",
+        "stage.before_commit",
+        "stage.after",
+        "commit.before_commit",
+        "commit.after_commit",
+    ],
 )
 def test_kill_at_protocol_step_then_restart_is_exact(point, db, mariadb, tmp_path):
     db.execute("DROP TABLE IF EXISTS crash_totals")
@@ -92,8 +103,9 @@ def test_kill_at_protocol_step_then_restart_is_exact(point, db, mariadb, tmp_pat
     assert code == -signal.SIGKILL, log.read_text()[-3000:]
     acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
     assert acked == ([0, 1] if point == "commit.after_commit" else [0])
-    if point == "stage.during":
+    if point in ("stage.during", "stage.before_commit"):
         assert unreferenced_parquet(tmp_path / "wal", 1) > 0, "killed after the commit"
+        assert DeltaTable(str(tmp_path / "wal")).transaction_version("crashy") == 0
 
     assert run_writer(config, tmp_path / "landing", None, log) == 0, log.read_text()[
         -3000:
@@ -103,3 +115,6 @@ def test_kill_at_protocol_step_then_restart_is_exact(point, db, mariadb, tmp_pat
     acked = db.rows("SELECT batch_id, row_count FROM wal_sink_ack ORDER BY 1")
     assert acked == [(0, 40), (1, 50), (2, 30)]
     assert sum(totals.values()) == sum(Decimal(a) for b in BATCHES for _, a, _ in b)
+    # What the crash left never blocked the restart; vacuum removes it.
+    vacuum(str(tmp_path / "wal"), Storage(), 0)
+    assert unreferenced_parquet(tmp_path / "wal", 1) == 0

@@ -19,6 +19,7 @@ from wal_sink.instance import SinkInstance
 from wal_sink.quarantine import Quarantine
 from wal_sink.staging import stage
 from wal_sink.wal import WalReader
+from wal_sink.wal_writer import WalWriter
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), note STRING"
 
@@ -42,9 +43,8 @@ def staged(spark, config, rows, batch_id=0, partitions=1):
     committer = instance.start()
     stage(
         spark.createDataFrame(rows, SCHEMA).coalesce(partitions),
-        sink_id=config.sink.id,
-        batch_id=batch_id,
-        path=config.wal_path,
+        WalWriter(config.wal_path, config.sink.id),
+        batch_id,
     )
     return instance, committer
 
@@ -328,9 +328,8 @@ def test_sink_works_with_least_privilege_grants(spark, db, mariadb, make_config)
             [("11101", "0", Decimal("9.50"), 2)],
             "swjg_dm STRING, fpzt STRING, hjje DECIMAL(20,2), fs BIGINT",
         ),
-        sink_id="s1",
-        batch_id=0,
-        path=config.wal_path,
+        WalWriter(config.wal_path, "s1"),
+        0,
     )
     assert committer.apply(0).rows == 1
     assert committer.apply(0, force=True).rows == 1

@@ -14,6 +14,7 @@ from pyspark.errors import StreamingQueryException
 from wal_sink import CheckpointResetError, FencedError, WalSink
 from wal_sink.purge import execute_purge, plan_purge
 from wal_sink.staging import stage
+from wal_sink.wal_writer import WalWriter
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), seq BIGINT"
 
@@ -111,12 +112,7 @@ def test_reader_during_commit_sees_nothing_until_commit(spark, db, target, make_
     sink = WalSink(config)
     sink.start()
     rows = [(f"k{i}", Decimal(1), i) for i in range(3000)]
-    stage(
-        frame(spark, rows).repartition(3),
-        sink_id="s1",
-        batch_id=0,
-        path=config.wal_path,
-    )
+    stage(frame(spark, rows).repartition(3), WalWriter(config.wal_path, "s1"), 0)
     seen: list[tuple[int, int, int]] = []
 
     def look(done: int, total: int) -> None:
@@ -138,10 +134,7 @@ def test_redelivered_batch_applies_staged_content(spark, db, target, make_config
     first = WalSink(config)
     first.start()
     stage(
-        frame(spark, [("a", Decimal("1.00"), 1)]),
-        sink_id="s1",
-        batch_id=0,
-        path=config.wal_path,
+        frame(spark, [("a", Decimal("1.00"), 1)]), WalWriter(config.wal_path, "s1"), 0
     )
     # crash here: staged, never committed. The restarted query recomputes batch 0.
     restarted = WalSink(config)
@@ -163,15 +156,14 @@ def test_purge_keeps_unacked_batches(spark, db, target, make_config):
     for b in range(3):
         stage(
             frame(spark, [(f"k{b}", Decimal(b + 1), b)]),
-            sink_id="s1",
-            batch_id=b,
-            path=config.wal_path,
+            WalWriter(config.wal_path, "s1"),
+            b,
         )
     sink.committer.apply(0)
     sink.committer.apply(2)
     plan = plan_purge(sink.engine, sink.ack, sink.wal, "s1", before=3)
     assert plan.remove == (0, 2) and plan.kept_unacked == (1,)
-    execute_purge(spark, config.wal_path, plan)
+    execute_purge(sink.wal, plan)
     sink.wal.refresh()
     assert sorted(sink.wal.staged_batches()) == [1]
     assert [r.batch_id for r in WalSink(config).recover(spark)] == [1]
@@ -190,10 +182,7 @@ def test_zombie_cannot_stage_or_commit_after_takeover(spark, db, target, make_co
         zombie.foreach_batch(frame(spark, [("a", Decimal("2.00"), 2)]), 1)
     assert newer.wal.last_staged("s1") == 0, "the zombie must not stage"
     stage(
-        frame(spark, [("a", Decimal("4.00"), 2)]),
-        sink_id="s1",
-        batch_id=1,
-        path=config.wal_path,
+        frame(spark, [("a", Decimal("4.00"), 2)]), WalWriter(config.wal_path, "s1"), 1
     )
     with pytest.raises(FencedError):
         zombie.committer.apply(1)

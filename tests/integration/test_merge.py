@@ -9,6 +9,7 @@ import pytest
 
 from wal_sink import TerminalError, WalSink
 from wal_sink.staging import stage
+from wal_sink.wal_writer import WalWriter
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), label STRING, first_seen STRING, seq BIGINT"
 
@@ -141,7 +142,7 @@ def test_staged_rows_keep_stream_order_across_files(spark, make_config, target):
     )
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
     try:  # several range partitions, hence several files
-        stage(df, sink_id="order", batch_id=0, path=config.wal_path, order_by="seq")
+        stage(df, WalWriter(config.wal_path, "order"), 0, "seq")
     finally:
         spark.conf.unset("spark.sql.adaptive.coalescePartitions.enabled")
     batch = sink.wal.staged_batch(0)

@@ -12,6 +12,7 @@ from wal_sink import multi_row
 from wal_sink.instance import SinkInstance
 from wal_sink.multi_row import MultiRowUpsert
 from wal_sink.staging import stage
+from wal_sink.wal_writer import WalWriter
 
 SCHEMA = (
     "k STRING, amount DECIMAL(12,2), label STRING, ratio DOUBLE, flag BOOLEAN, "
@@ -74,9 +75,8 @@ def apply(spark, db, make_config, tmp_path, name: str, data):
     committer = SinkInstance(config).start()
     stage(
         spark.createDataFrame(data, SCHEMA).repartition(3),
-        sink_id=name,
-        batch_id=0,
-        path=config.wal_path,
+        WalWriter(config.wal_path, name),
+        0,
     )
     return committer.apply(0)
 

@@ -10,6 +10,7 @@ from deltalake import DeltaTable, write_deltalake
 from wal_sink.errors import TerminalError
 from wal_sink.staging import stage
 from wal_sink.wal import WalReader
+from wal_sink.wal_writer import WalWriter
 
 
 def test_wal_keeps_row_counts_and_seq_ranges_only_and_no_deletion_vectors(
@@ -17,8 +18,8 @@ def test_wal_keeps_row_counts_and_seq_ranges_only_and_no_deletion_vectors(
 ):
     wal = str(tmp_path / "wal")
     df = spark.createDataFrame([("a", 1), ("b", 2), ("c", 3)], "k STRING, amount INT")
-    stage(df.repartition(3), sink_id="s", batch_id=0, path=wal)
-    stage(df, sink_id="s", batch_id=1, path=wal)
+    stage(df.repartition(3), WalWriter(wal, "s"), 0)
+    stage(df, WalWriter(wal, "s"), 1)
 
     table = DeltaTable(wal)
     assert table.metadata().configuration == {
@@ -44,7 +45,7 @@ def test_wal_keeps_row_counts_and_seq_ranges_only_and_no_deletion_vectors(
 def test_reserved_column_prefix_is_refused_before_writing(spark, tmp_path):
     df = spark.createDataFrame([("a", 1)], "k STRING, _wal_x INT")
     with pytest.raises(TerminalError, match="reserved prefix"):
-        stage(df, sink_id="s", batch_id=0, path=str(tmp_path / "wal"))
+        stage(df, WalWriter(str(tmp_path / "wal"), "s"), 0)
     assert not (tmp_path / "wal").exists()
 
 

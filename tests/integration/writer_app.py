@@ -23,7 +23,6 @@ def main(config_path: str, landing: str) -> None:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.databricks.delta.snapshotPartitions", "2")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
