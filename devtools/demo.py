@@ -106,7 +106,7 @@ def main() -> int:
         ).start()
         say(f"spark-submit jobs/stream_to_mysql.py -c {CONFIG}")
         job = JobProcess(CONFIG, log, env=env)
-        wait_for_log(log, "batch 1:", timeout=180)
+        wait_for_log(log, "batch 1 applied", timeout=180)
         time.sleep(random.uniform(0.5, 3.0))
         say("[bold red]kill -9[/] the job (driver and JVM) in the middle of the stream")
         job.kill()

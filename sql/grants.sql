@@ -4,7 +4,9 @@
 -- `wal-sink init-db` then finds them and creates nothing.
 --
 -- The sink reads and upserts (and, with [cdc], deletes) target rows; it inserts and
--- completes ack rows, replaces them on a forced replay, and updates its lease row.
+-- completes ack rows, replaces them on a forced replay (and purge drops those of
+-- purged batches), updates its lease row, and passes rows set aside through the
+-- outbox.
 -- Reflection and preflight read information_schema, which shows the user its own
 -- tables without further grants. tests/integration/test_faults.py runs a batch
 -- with exactly these grants.
@@ -13,3 +15,4 @@ CREATE USER IF NOT EXISTS 'sink'@'%' IDENTIFIED BY 'change-me';
 GRANT SELECT, INSERT, UPDATE, DELETE ON shop.kpxxb_hzb TO 'sink'@'%';
 GRANT SELECT, INSERT, UPDATE, DELETE ON shop.wal_sink_ack TO 'sink'@'%';
 GRANT SELECT, INSERT, UPDATE ON shop.wal_sink_lease TO 'sink'@'%';
+GRANT SELECT, INSERT, DELETE ON shop.wal_sink_outbox TO 'sink'@'%';

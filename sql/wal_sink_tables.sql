@@ -1,9 +1,11 @@
--- wal_sink's own tables, with the default names (mysql.ack_table, mysql.lease_table).
--- `wal-sink init-db` and the job create them; this file is for DBAs who create
--- tables by hand. tests/unit/test_schema.py keeps it equal to wal_sink/schema.py.
+-- wal_sink's own tables, with the default names (mysql.ack_table, mysql.lease_table,
+-- mysql.outbox_table). `wal-sink init-db` and the job create them; this file is for
+-- DBAs who create tables by hand. tests/unit/test_schema.py keeps it equal to
+-- wal_sink/schema.py. Upgrading from 0.1: sql/upgrade_0.2.sql.
 
 -- One row per applied batch, inserted first in the batch's own transaction (its
 -- primary key stops a second apply) and completed with the counts before COMMIT.
+-- apply_id names the apply that wrote it (its quarantine entries carry it too).
 CREATE TABLE IF NOT EXISTS wal_sink_ack (
 	sink_id VARCHAR(128) NOT NULL,
 	batch_id BIGINT NOT NULL,
@@ -12,6 +14,7 @@ CREATE TABLE IF NOT EXISTS wal_sink_ack (
 	quarantined BIGINT NOT NULL,
 	epoch BIGINT NOT NULL,
 	committed_at DATETIME(6) NOT NULL,
+	apply_id CHAR(32),
 	PRIMARY KEY (sink_id, batch_id)
 )ENGINE=InnoDB;
 
@@ -23,3 +26,18 @@ CREATE TABLE IF NOT EXISTS wal_sink_lease (
 	acquired_at DATETIME(6) NOT NULL,
 	PRIMARY KEY (sink_id)
 )ENGINE=InnoDB;
+
+-- Rows a batch set aside, written in its own transaction; they leave for the
+-- quarantine Delta table right after COMMIT.
+CREATE TABLE IF NOT EXISTS wal_sink_outbox (
+	id BIGINT NOT NULL AUTO_INCREMENT,
+	sink_id VARCHAR(128) NOT NULL,
+	apply_id CHAR(32) NOT NULL,
+	batch_id BIGINT NOT NULL,
+	reason TEXT NOT NULL,
+	record LONGTEXT NOT NULL,
+	recorded_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (id)
+)ENGINE=InnoDB;
+
+CREATE INDEX IF NOT EXISTS wal_sink_outbox_sink ON wal_sink_outbox (sink_id, id);

@@ -135,3 +135,9 @@ def make_config(db: Database, tmp_path: Path):
         return config_from_dict(raw, base_dir=tmp_path)
 
     return factory
+
+
+def settle(sink) -> None:
+    """Wait until the sink's committer applied what is staged; raise its failure."""
+    sink.drain(300)
+    sink.check()

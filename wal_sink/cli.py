@@ -111,7 +111,8 @@ def init_db_command(ctx: click.Context) -> None:
 
     with _instance(ctx) as sink:
         init_db(sink.engine, sink.config.mysql)
-        out.print(f"tables {sink.ack.name} and {sink.lease.name} are ready")
+        t = sink.tables
+        out.print(f"tables {t.ack.name}, {t.lease.name} and {t.outbox.name} are ready")
 
 
 @main.command()
@@ -126,7 +127,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     from wal_sink.status import collect_status
 
     with _instance(ctx) as sink:
-        st = collect_status(sink.engine, sink.ack, sink.lease, sink.wal, sink.sink_id)
+        st = collect_status(sink)
     if as_json:
         click.echo(json.dumps(st.to_json(), sort_keys=True, indent=2))
         return
@@ -149,11 +150,21 @@ def status(ctx: click.Context, as_json: bool) -> None:
             "acked batches",
             f"{st.acked_batches}  ({_span(st.acked_first, st.acked_last)})",
         ),
-        ("unacked", f"{len(st.unacked)}" + (f": {unacked}" if st.unacked else "")),
+        (
+            "pending",
+            f"{st.pending_batches} staged, not applied"
+            + (f": {unacked}" if st.unacked else "")
+            + (
+                f"; the oldest waits {st.commit_lag_seconds:.1f}s"
+                if st.commit_lag_seconds
+                else ""
+            ),
+        ),
         (
             "rows applied",
             f"{st.rows_applied} upserted, {st.rows_deleted} deleted, "
-            f"{st.rows_quarantined} quarantined",
+            f"{st.rows_quarantined} quarantined"
+            + (f" ({st.outbox_rows} on their way)" if st.outbox_rows else ""),
         ),
         (
             "WAL size",
@@ -327,9 +338,7 @@ def purge(
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     with _instance(ctx) as sink:
-        plan = plan_purge(
-            sink.engine, sink.ack, sink.wal, sink.sink_id, before=before, older_than=age
-        )
+        plan = plan_purge(sink, before=before, older_than=age)
         verb = "would remove" if dry_run else "removing"
         out.print(
             f"{verb} {len(plan.remove)} acked batch(es), {plan.rows} rows, "
@@ -346,7 +355,8 @@ def purge(
         from wal_sink.wal_maintenance import vacuum
 
         if not dry_run and plan.remove:
-            execute_purge(sink.wal, plan)
+            forgotten = execute_purge(sink, plan)
+            out.print(f"dropped {forgotten} ack row(s) of purged batches")
         if do_vacuum:
             result = vacuum(
                 sink.wal.path, sink.wal.storage, retain_seconds, dry_run=dry_run

@@ -1,70 +1,49 @@
-"""Step 2 of the protocol: apply one staged batch to MySQL in one transaction.
+"""Step 3 of the protocol: apply staged batches to MySQL, each with its ack row, in
+one transaction per group of consecutive batches.
 
 The transaction, in order (DESIGN.md §2):
 
 1. Lock this sink's lease row and check the epoch (fencing, I6).
-2. Insert the ack row (sink id, batch id). Its primary key makes a second apply fail
-   fast with a duplicate key: the batch is already applied, roll back and skip (I2).
-3. Apply the staged rows, read back from the WAL in bounded chunks, in staged order:
-   upserts by merge policy, CDC deletes by key. A chunk goes as multi-row INSERTs
-   rendered in Arrow (or through LOAD DATA with ``mysql.local_infile``); one that
-   cannot be rendered exactly, or that MySQL rejects, goes value by value through the
-   driver. Rows with a null key, NaN or infinity, or values MySQL rejects (isolated
-   under savepoints) go to the quarantine table instead.
-4. Fill in the ack row's counts.
-5. COMMIT. Rows and ack become visible together (I3), or not at all.
+2. Read the group's ack rows with a locking read: a batch with an ack is applied
+   already and is skipped (I2) — unless this is a forced replay, which replaces the
+   ack. The read waits for a transaction still committing those rows, so a retry
+   after a lost COMMIT reply sees that commit's outcome: ack rows carrying one of
+   this call's own earlier apply ids mean the earlier attempt committed.
+3. For each batch, in batch order (I8): insert the ack row first (its primary key
+   stops a second apply), apply the staged rows (batch_rows.py), put the rows set
+   aside into the quarantine outbox, fill in the ack row's counts.
+4. COMMIT. The group's rows and acks become visible together (I3), or not at all.
 
-"Already applied" is decided only by the unique insert, never by a snapshot SELECT.
+Transient errors (MySQL's and storage's) roll the transaction back and retry it
+whole for the outage budget (retry.py). After COMMIT the outbox drains into the
+quarantine table, outside the transaction.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
-import random
+import threading
 import time
-from collections.abc import Callable, Iterator
+import uuid
 from dataclasses import dataclass
-from typing import Any
 
-import pyarrow as pa
-from sqlalchemy import (
-    Connection,
-    Engine,
-    Executable,
-    MetaData,
-    Table,
-    delete,
-    func,
-    select,
-    text,
-    update,
-)
-from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchTableError
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from wal_sink import faults
-from wal_sink.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
+from wal_sink.acks import Ack, AckTable
+from wal_sink.batch_rows import ChunkCallback, RowApplier
 from wal_sink.config import Config
 from wal_sink.errors import TerminalError, TransientError
 from wal_sink.lease import check as check_lease
-from wal_sink.multi_row import MultiRowUpsert
-from wal_sink.mysql_errors import (
-    DUPLICATE_KEY,
-    error_code,
-    first_line,
-    is_row_error,
-    is_transient,
-)
-from wal_sink.quarantine import Entry, Quarantine
+from wal_sink.mysql_errors import first_line, mysql_error
+from wal_sink.outbox import Outbox
+from wal_sink.quarantine import Quarantine
+from wal_sink.retry import OutageBudget
 from wal_sink.schema import sink_tables
-from wal_sink.upsert import build_delete, build_upsert
-from wal_sink.wal import StagedBatch, WalReader
+from wal_sink.wal import BatchState, StagedBatch, WalReader
 
 log = logging.getLogger(__name__)
-
-ChunkCallback = Callable[[int, int], None]
-"""Called after each applied chunk with (rows so far, rows in the batch)."""
 
 
 @dataclass(frozen=True)
@@ -76,34 +55,37 @@ class CommitResult:
     deleted: int = 0
     quarantined: int = 0
     seconds: float = 0.0
+    """Time of the transaction that applied it (shared by its group)."""
 
 
 class Committer:
     """Applies staged batches of one sink, as the holder of lease ``epoch``."""
 
     def __init__(
-        self, config: Config, engine: Engine, wal: WalReader, epoch: int
+        self,
+        config: Config,
+        engine: Engine,
+        wal: WalReader,
+        epoch: int,
+        stop: threading.Event | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
         self.wal = wal
         self.epoch = epoch
-        self.ack, self.lease = sink_tables(config.mysql)
+        self.stop = stop
+        tables = sink_tables(config.mysql)
+        self.lease = tables.lease
+        self.acks = AckTable(tables.ack, config.sink.id)
         self.quarantine = Quarantine(
             config.quarantine_path, config.sink.id, storage=config.storage
         )
-        self._target: Table | None = None
-        self._bulk_load_allowed = True
+        self.outbox = Outbox(tables.outbox, config.sink.id, self.quarantine)
+        self.rows = RowApplier(config, engine, wal)
 
     @property
     def sink_id(self) -> str:
         return self.config.sink.id
-
-    def target(self) -> Table:
-        """The reflected target table; refuses tables that are not InnoDB."""
-        if self._target is None:
-            self._target = reflect_target(self.engine, self.config.mysql.table)
-        return self._target
 
     def apply(
         self,
@@ -113,84 +95,91 @@ class Committer:
         force: bool = False,
         on_chunk: ChunkCallback | None = None,
     ) -> CommitResult:
-        """Apply staged batch ``batch_id`` exactly once, retrying transient errors.
+        """Apply staged batch ``batch_id`` exactly once (see ``apply_group``)."""
+        return self.apply_group(
+            [batch if batch is not None else batch_id], force=force, on_chunk=on_chunk
+        )[0]
 
-        The whole transaction is retried — never single statements — with capped
-        exponential backoff and jitter. When the reply to COMMIT was lost the outcome
-        is unknown; the retry's ack insert finds the row if COMMIT had succeeded, and
-        the batch is then reported as already applied.
+    def apply_group(
+        self,
+        batches: list[StagedBatch | int],
+        *,
+        force: bool = False,
+        on_chunk: ChunkCallback | None = None,
+    ) -> list[CommitResult]:
+        """Apply consecutive staged batches in one transaction, in batch order.
 
         Args:
-            batch: the batch as staging committed it (saves reading the WAL's file
-                list); by default it is looked up in the WAL.
-            force: re-apply even if acked (operator replay): the old ack row is
-                replaced in the same transaction, so ``add`` columns add again.
-                A retry first checks whether the ack row was already replaced (a
-                COMMIT whose reply was lost), so a forced batch is added once.
+            batches: each as staging committed it, or its id to look up in the WAL.
+            force: re-apply batches that are acked (operator replay): the old ack
+                row is replaced in the same transaction, so ``add`` columns add
+                again — once, even when a COMMIT reply is lost.
             on_chunk: progress callback, called inside the open transaction.
 
         Raises:
             FencedError: a newer instance holds the lease.
-            TransientError: still failing after ``mysql.retry_attempts`` retries.
-            TerminalError: the batch cannot be applied as configured.
+            TransientError: still failing when the outage budget is spent.
+            TerminalError: a batch cannot be applied as configured, or the WAL
+                says it was staged but its files are gone.
         """
-        mysql = self.config.mysql
-        before = self._ack_values(batch_id) if force else None
-        for attempt in itertools.count(1):
+        ids = [b.batch_id if isinstance(b, StagedBatch) else b for b in batches]
+        if ids != list(range(ids[0], ids[0] + len(ids))):
+            raise ValueError(f"a group is consecutive batches in order, not {ids}")
+        what = f"batch {ids[0]}" + (f"..{ids[-1]}" if len(ids) > 1 else "")
+        budget = OutageBudget(
+            self.config.mysql, f"the transaction of {what}", self.stop
+        )
+        tried: set[str] = set()
+        while True:
+            apply_id = uuid.uuid4().hex
             try:
-                if force and attempt > 1:
-                    now = self._ack_values(batch_id)
-                    if now is not None and now != before:
-                        return CommitResult(batch_id, True, now[0], now[1], now[2])
-                return self._apply_once(
-                    batch_id, batch=batch, force=force, on_chunk=on_chunk
-                )
+                staged = [self._resolve(b) for b in batches]
+                results = self._transaction(staged, apply_id, tried, force, on_chunk)
+                break
             except TransientError as e:
-                if attempt > mysql.retry_attempts:
-                    raise
-                wait = min(
-                    mysql.retry_backoff_max, mysql.retry_backoff * 2 ** (attempt - 1)
-                )
-                wait *= random.uniform(0.5, 1.0)
-                log.warning(
-                    "%s; retry %d/%d of the batch transaction in %.1fs",
-                    e,
-                    attempt,
-                    mysql.retry_attempts,
-                    wait,
-                )
-                time.sleep(wait)
-        raise AssertionError("unreachable")
+                tried.add(apply_id)
+                budget.wait(e)
+        self._drain_outbox()
+        return results
 
-    def _ack_values(self, batch_id: int) -> tuple[int, int, int, Any] | None:
-        """(row_count, deleted_count, quarantined, committed_at) of the ack, if any."""
-        a = self.ack.c
-        try:
-            with self.engine.connect() as conn:
-                row = conn.execute(
-                    select(
-                        a.row_count, a.deleted_count, a.quarantined, a.committed_at
-                    ).where(self._ack_row(batch_id))
-                ).first()
-        except DBAPIError as e:
-            raise self._wrap(e, batch_id) from e
-        return tuple(row) if row else None
+    def _resolve(self, batch: StagedBatch | int) -> StagedBatch:
+        """The batch with its files; an empty one if it was staged with no rows."""
+        if isinstance(batch, StagedBatch):
+            return batch
+        self.wal.refresh()
+        found = self.wal.staged_batch(batch)
+        if found is not None:
+            return found
+        state = self.wal.state_without_files(batch, self.sink_id)
+        if state is BatchState.EMPTY:
+            return StagedBatch(batch, ())
+        if state is BatchState.NOT_STAGED:
+            raise TerminalError(
+                f"the WAL at {self.wal.path} never staged this batch",
+                sink_id=self.sink_id,
+                batch_id=batch,
+            )
+        raise TerminalError(
+            f"the WAL at {self.wal.path} records this batch as staged, but its files "
+            "are no longer in the table; it is not applied (restore the WAL, or "
+            "ack it by hand once its rows are accounted for)",
+            sink_id=self.sink_id,
+            batch_id=batch,
+        )
 
-    def _apply_once(
+    def _transaction(
         self,
-        batch_id: int,
-        *,
-        batch: StagedBatch | None,
+        batches: list[StagedBatch],
+        apply_id: str,
+        tried: set[str],
         force: bool,
         on_chunk: ChunkCallback | None,
-    ) -> CommitResult:
+    ) -> list[CommitResult]:
+        first, last = batches[0].batch_id, batches[-1].batch_id
         started = time.monotonic()
-        if batch is None:
-            self.wal.refresh()
-            batch = self.wal.staged_batch(batch_id)
+        results: list[tuple[StagedBatch, Ack | None, int, int, int]] = []
         try:
-            target = self.target()
-            with self.engine.connect() as conn, conn.begin() as tx:
+            with self.engine.connect() as conn, conn.begin():
                 # Step 1. Fencing.
                 check_lease(
                     conn,
@@ -198,320 +187,70 @@ class Committer:
                     self.sink_id,
                     self.epoch,
                     lock=True,
-                    batch_id=batch_id,
+                    batch_id=first,
                 )
-                # Step 2. The ack row first: its primary key stops a second apply.
-                if force:
-                    conn.execute(delete(self.ack).where(self._ack_row(batch_id)))
-                if not self._insert_ack(conn, batch_id):
-                    tx.rollback()
-                    log.info(
-                        "sink %s batch %s already applied; skipped",
-                        self.sink_id,
-                        batch_id,
-                    )
-                    return CommitResult(batch_id, applied=False)
-                # Step 3. The staged rows, in bounded chunks and staged order; rows
-                # with a null key or values MySQL rejects are set aside.
-                rows, deleted, bad = self._apply_rows(conn, target, batch, on_chunk)
-                self.quarantine.record(batch_id, bad)
-                # Step 4. Complete the ack row.
-                conn.execute(
-                    update(self.ack)
-                    .where(self._ack_row(batch_id))
-                    .values(
-                        row_count=rows,
-                        deleted_count=deleted,
-                        quarantined=len(bad),
-                        committed_at=func.now(6),
-                    )
-                )
-                faults.hit("commit.before_commit", batch_id)
-                # Step 5. COMMIT (leaving the block).
-            faults.hit("commit.after_commit", batch_id)
-        except DBAPIError as e:
-            raise self._wrap(e, batch_id) from e
-        result = CommitResult(
-            batch_id, True, rows, deleted, len(bad), time.monotonic() - started
-        )
-        log.info(
-            "sink %s batch %s applied: %s rows, %s deleted, %s quarantined in %.3fs",
-            self.sink_id,
-            batch_id,
-            rows,
-            deleted,
-            len(bad),
-            result.seconds,
-        )
-        if bad:
-            log.warning(
-                "sink %s batch %s: %d row(s) quarantined in %s, first: %s",
-                self.sink_id,
-                batch_id,
-                len(bad),
-                self.quarantine.path,
-                bad[0].reason,
-            )
-        return result
-
-    # --- steps ----------------------------------------------------------------
-
-    def _ack_row(self, batch_id: int):
-        return (self.ack.c.sink_id == self.sink_id) & (self.ack.c.batch_id == batch_id)
-
-    def _insert_ack(self, conn: Connection, batch_id: int) -> bool:
-        # A failed statement does not end a MySQL transaction; the caller rolls back.
-        try:
-            conn.execute(
-                self.ack.insert().values(
-                    sink_id=self.sink_id,
-                    batch_id=batch_id,
-                    row_count=0,
-                    deleted_count=0,
-                    quarantined=0,
-                    epoch=self.epoch,
-                    committed_at=func.now(6),
-                )
-            )
-        except IntegrityError as e:
-            if error_code(e) == DUPLICATE_KEY:
-                return False
-            raise
-        return True
-
-    def _apply_rows(
-        self,
-        conn: Connection,
-        target: Table,
-        batch: StagedBatch | None,
-        on_chunk: ChunkCallback | None,
-    ) -> tuple[int, int, list[Entry]]:
-        """Apply the batch in staged order; return (upserted, deleted, set aside)."""
-        if batch is None:
-            return 0, 0, []
-        mysql, cdc = self.config.mysql, self.config.cdc
-        upsert = loader = multi = None
-        remove = build_delete(target, mysql) if cdc else None
-        rows = deleted = done = 0
-        bad: list[Entry] = []
-        for chunk in self.wal.read_batch(batch, self.config.wal.chunk_rows):
-            if upsert is None:
-                columns = [
-                    c for c in chunk.schema.names if not cdc or c != cdc.op_column
-                ]
-                upsert = build_upsert(target, columns, mysql)
-                if not cdc:
-                    multi = MultiRowUpsert.for_schema(
-                        conn, upsert, columns, chunk.schema
-                    )
-                    if mysql.local_infile and BulkLoader.supports(conn, chunk.schema):
-                        loader = BulkLoader(target, columns, mysql, self.sink_id)
-            applied = None if cdc else self._apply_rendered(conn, chunk, loader, multi)
-            if applied is not None:
-                rows += applied
-            else:
-                for is_delete, run in _runs(
-                    chunk,
-                    cdc.op_column if cdc else None,
-                    cdc.delete_values if cdc else (),
-                ):
-                    run = _drop_null_keys(run, mysql.key, bad)
-                    if is_delete:
-                        params = [{k: r[k] for k in mysql.key} for r in run]
-                        deleted += _isolating(conn, remove, params, bad)
-                    else:
-                        rows += _isolating(
-                            conn, upsert, _drop_non_finite(run, bad), bad
+                # Step 2. Which batches are applied already: a locking read.
+                acked = self.acks.locked(conn, first, last)
+                for batch in batches:
+                    ack = acked.get(batch.batch_id)
+                    if ack is not None and (ack.apply_id in tried or not force):
+                        results.append((batch, ack, 0, 0, 0))
+                        continue
+                    if ack is not None:
+                        self.acks.remove(conn, batch.batch_id)
+                    # Step 3. The ack row first, then the rows, then the counts.
+                    if not self.acks.insert(conn, batch.batch_id, self.epoch, apply_id):
+                        raise TransientError(
+                            "an ack row appeared under the lock; retrying",
+                            sink_id=self.sink_id,
+                            batch_id=batch.batch_id,
                         )
-            done += chunk.num_rows
-            if on_chunk is not None:
-                on_chunk(done, batch.rows)
-        return rows, deleted, bad
+                    rows, deleted, bad = self.rows.apply(conn, batch, on_chunk)
+                    self.outbox.put(conn, apply_id, batch.batch_id, bad)
+                    self.acks.complete(conn, batch.batch_id, rows, deleted, len(bad))
+                    results.append((batch, None, rows, deleted, len(bad)))
+                    faults.hit("commit.before_commit", batch.batch_id)
+                # Step 4. COMMIT (leaving the block).
+            faults.hit("commit.after_commit", last)
+        except DBAPIError as e:
+            raise mysql_error(
+                e, sink_id=self.sink_id, batch_id=first, table=self.config.mysql.table
+            ) from e
+        seconds = time.monotonic() - started
+        return [self._result(r, tried, seconds) for r in results]
 
-    def _apply_rendered(
-        self,
-        conn: Connection,
-        chunk: pa.RecordBatch,
-        loader: BulkLoader | None,
-        multi: MultiRowUpsert | None,
-    ) -> int | None:
-        """Apply a chunk rendered in Arrow (LOAD DATA if enabled, else multi-row
-        INSERTs); None means: let the driver render it value by value, which
-        quarantines null keys and isolates rows MySQL rejects."""
-        if any(chunk.column(k).null_count for k in self.config.mysql.key):
-            return None
-        if loader is not None and self._bulk_load_allowed:
-            applied = self._attempt(conn, loader.apply, chunk)
-            if applied is not None:
-                return applied
-        if multi is not None and multi.renders(chunk):
-            return self._attempt(conn, multi.apply, chunk)
-        return None
-
-    def _attempt(
-        self,
-        conn: Connection,
-        apply: Callable[[Connection, pa.RecordBatch], int],
-        chunk: pa.RecordBatch,
-    ) -> int | None:
-        """``apply`` under a savepoint; None when it refused or MySQL rejected a row."""
-        savepoint = conn.begin_nested()
-        try:
-            applied = apply(conn, chunk)
-        except BulkLoadRefused as e:
-            savepoint.rollback()
-            self._bulk_load_allowed = False
-            log.warning(
-                "sink %s: LOAD DATA LOCAL INFILE refused (%s); using multi-row "
-                "INSERTs instead. Set local_infile=1 on the server, or "
-                "mysql.local_infile = false",
+    def _result(self, outcome, tried: set[str], seconds: float) -> CommitResult:
+        batch, ack, rows, deleted, quarantined = outcome
+        if ack is None:
+            log.debug(
+                "sink %s batch %s applied: %s rows, %s deleted, %s quarantined",
                 self.sink_id,
+                batch.batch_id,
+                rows,
+                deleted,
+                quarantined,
+            )
+            return CommitResult(
+                batch.batch_id, True, rows, deleted, quarantined, seconds
+            )
+        if ack.apply_id in tried:  # an earlier attempt committed; its reply was lost
+            return CommitResult(
+                batch.batch_id, True, ack.rows, ack.deleted, ack.quarantined, seconds
+            )
+        log.info(
+            "sink %s batch %s already applied; skipped", self.sink_id, ack.batch_id
+        )
+        return CommitResult(batch.batch_id, applied=False)
+
+    def _drain_outbox(self) -> None:
+        """Move set-aside rows to the quarantine table; on failure they wait in the
+        outbox for the next drain (nothing is lost, the batch stays applied)."""
+        try:
+            self.outbox.drain(self.engine)
+        except Exception as e:
+            log.warning(
+                "sink %s: rows set aside stay in the outbox table %s for now: %s",
+                self.sink_id,
+                self.outbox.table.name,
                 first_line(e),
             )
-            return None
-        except BulkLoadWarned:
-            savepoint.rollback()
-            return None
-        except DBAPIError as e:
-            if not is_row_error(e):
-                raise  # the transaction is retried whole
-            savepoint.rollback()
-            return None
-        savepoint.commit()
-        return applied
-
-    def _wrap(self, e: DBAPIError, batch_id: int) -> Exception:
-        code = error_code(e)
-        reason = f"MySQL error {code}: {first_line(e.orig)}" if code else first_line(e)
-        if is_transient(e):
-            return TransientError(reason, sink_id=self.sink_id, batch_id=batch_id)
-        return TerminalError(
-            reason,
-            sink_id=self.sink_id,
-            batch_id=batch_id,
-            table=self.config.mysql.table,
-        )
-
-
-def reflect_target(engine: Engine, name: str) -> Table:
-    """Reflect the target table, refusing a missing or non-transactional one."""
-    with engine.connect() as conn:
-        engine_name = conn.execute(
-            text(
-                "SELECT ENGINE FROM information_schema.TABLES "
-                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
-            ),
-            {"t": name},
-        ).scalar_one_or_none()
-        if engine_name is None:
-            raise TerminalError(
-                "target table does not exist; create it first", table=name
-            )
-        if engine_name.upper() != "INNODB":
-            raise TerminalError(
-                f"target table uses {engine_name}; it must be InnoDB (transactional) "
-                "for batches to be applied atomically",
-                table=name,
-            )
-        try:
-            return Table(name, MetaData(), autoload_with=conn)
-        except NoSuchTableError:
-            raise TerminalError("target table does not exist", table=name) from None
-
-
-def _runs(
-    chunk: pa.RecordBatch, op_column: str | None, delete_values: tuple[str, ...]
-) -> Iterator[tuple[bool, list[dict[str, Any]]]]:
-    """Split a chunk into consecutive runs of upserts and deletes, order kept."""
-    rows = _python_rows(chunk)
-    if op_column is None:
-        yield False, rows
-        return
-    run: list[dict[str, Any]] = []
-    run_is_delete = False
-    for row in rows:
-        is_delete = row.pop(op_column) in delete_values
-        if run and is_delete != run_is_delete:
-            yield run_is_delete, run
-            run = []
-        run_is_delete = is_delete
-        run.append(row)
-    if run:
-        yield run_is_delete, run
-
-
-def _python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:
-    """Rows as dicts for the driver; zoned timestamps become naive UTC (session TZ)."""
-    columns = []
-    for field_, column in zip(chunk.schema, chunk.columns):
-        if pa.types.is_timestamp(field_.type) and field_.type.tz is not None:
-            column = column.cast(pa.timestamp(field_.type.unit))
-        columns.append(column)
-    return pa.RecordBatch.from_arrays(columns, names=chunk.schema.names).to_pylist()
-
-
-def _drop_null_keys(
-    run: list[dict[str, Any]], key: tuple[str, ...], bad: list[Entry]
-) -> list[dict[str, Any]]:
-    kept = []
-    for row in run:
-        missing = [k for k in key if row.get(k) is None]
-        if missing:
-            bad.append(Entry(row, f"null key column(s): {', '.join(missing)}"))
-        else:
-            kept.append(row)
-    return kept
-
-
-def _drop_non_finite(
-    run: list[dict[str, Any]], bad: list[Entry]
-) -> list[dict[str, Any]]:
-    """Rows to upsert holding a NaN or infinite float: no MySQL column can store one
-    (the driver refuses them before the server sees them)."""
-    kept = []
-    for row in run:
-        not_finite = [
-            c for c, v in row.items() if isinstance(v, float) and not math.isfinite(v)
-        ]
-        if not_finite:
-            bad.append(
-                Entry(
-                    row,
-                    f"NaN or infinity in column(s): {', '.join(not_finite)}; "
-                    "MySQL cannot store it",
-                )
-            )
-        else:
-            kept.append(row)
-    return kept
-
-
-def _isolating(
-    conn: Connection, stmt: Executable, rows: list[dict[str, Any]], bad: list[Entry]
-) -> int:
-    """Execute ``stmt`` for ``rows`` under a savepoint; when MySQL rejects a row's
-    values, bisect to find the rejected rows, set them aside, apply the rest in
-    order. Returns how many rows were applied."""
-    if not rows:
-        return 0
-    savepoint = conn.begin_nested()
-    try:
-        conn.execute(stmt, rows)
-    except DBAPIError as e:
-        # Anything but a row error (a deadlock, a lost link) may have ended the
-        # whole transaction, savepoint included: leave it to the transaction.
-        if not is_row_error(e):
-            raise
-        savepoint.rollback()
-        if len(rows) == 1:
-            bad.append(
-                Entry(rows[0], f"MySQL error {error_code(e)}: {first_line(e.orig)}")
-            )
-            return 0
-    else:
-        savepoint.commit()
-        return len(rows)
-    middle = len(rows) // 2
-    return _isolating(conn, stmt, rows[:middle], bad) + _isolating(
-        conn, stmt, rows[middle:], bad
-    )

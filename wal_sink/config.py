@@ -80,6 +80,8 @@ class WalConfig:
     """Rows read back from the WAL and sent to MySQL per statement batch."""
     quarantine_path: str | None = None
     """Delta table of set-aside rows; default: the WAL path + "_quarantine"."""
+    max_pending: int = 2
+    """Staged batches that may wait for MySQL; beyond that foreachBatch waits."""
 
 
 @dataclass(frozen=True)
@@ -108,12 +110,21 @@ class MysqlConfig:
     local_infile: bool = False
     """Upsert chunks with LOAD DATA LOCAL INFILE + one INSERT … SELECT (MariaDB, needs
     the server's local_infile); falls back to multi-row INSERTs when refused."""
-    retry_attempts: int = 6
-    """Retries of a batch transaction after transient errors, then the query fails."""
+    outbox_table: str = "wal_sink_outbox"
+    """Rows set aside, written in the batch's transaction, until they reach the
+    quarantine Delta table."""
+    outage_budget: float = 300.0
+    """Seconds a batch transaction (and the start-up) keeps retrying transient
+    errors — MySQL down, failing over, deadlocks — before the query fails."""
     retry_backoff: float = 0.5
     """Seconds before the first retry; doubles each time, with jitter."""
-    retry_backoff_max: float = 20.0
+    retry_backoff_max: float = 10.0
     """Cap of the wait between two retries, in seconds."""
+    max_transaction_rows: int = 200_000
+    """Consecutive staged batches share one transaction while their rows stay
+    under this; a larger batch still gets a transaction of its own."""
+    read_timeout: float = 600.0
+    """Seconds to wait for a server reply before the connection counts as lost."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +163,9 @@ class JobConfig:
     """Spark SQL settings set on the session before the query starts."""
     restart: RestartConfig = field(default_factory=RestartConfig)
     """What to do when the query fails."""
+    stop_timeout: float = 30.0
+    """On SIGTERM, seconds to let the committer apply what is staged; what is left
+    stays staged for the next start (a second SIGTERM stops at once)."""
 
 
 @dataclass(frozen=True)
@@ -298,20 +312,12 @@ def _transform(t: Any) -> TransformConfig:
 
 
 def _wal(t: dict[str, Any]) -> WalConfig:
-    _only(t, "wal", {"path", "chunk_rows", "quarantine_path"})
-    chunk_rows = t.get("chunk_rows", WalConfig.chunk_rows)
-    if (
-        not isinstance(chunk_rows, int)
-        or isinstance(chunk_rows, bool)
-        or chunk_rows < 1
-    ):
-        raise ConfigError(
-            f"wal.chunk_rows must be a positive integer, not {chunk_rows!r}"
-        )
+    _only(t, "wal", {"path", "chunk_rows", "quarantine_path", "max_pending"})
     return WalConfig(
         path=_str(t, "wal", "path", required=True),
-        chunk_rows=chunk_rows,
+        chunk_rows=_positive(t, "wal", "chunk_rows", WalConfig.chunk_rows),
         quarantine_path=_str(t, "wal", "quarantine_path"),
+        max_pending=_positive(t, "wal", "max_pending", WalConfig.max_pending),
     )
 
 
@@ -326,9 +332,12 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
         "password_file",
         "ack_table",
         "lease_table",
-        "retry_attempts",
+        "outbox_table",
+        "outage_budget",
         "retry_backoff",
         "retry_backoff_max",
+        "max_transaction_rows",
+        "read_timeout",
         "tls",
         "local_infile",
     }
@@ -388,13 +397,6 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
     local_infile = t.get("local_infile", False)
     if not isinstance(local_infile, bool):
         raise ConfigError("mysql.local_infile must be true or false")
-    retry_attempts = t.get("retry_attempts", 6)
-    if (
-        not isinstance(retry_attempts, int)
-        or isinstance(retry_attempts, bool)
-        or retry_attempts < 0
-    ):
-        raise ConfigError("mysql.retry_attempts must be a non-negative integer")
     return MysqlConfig(
         url=url,
         table=_ident(t, "mysql", "table", required=True),
@@ -407,12 +409,21 @@ def _mysql(t: dict[str, Any]) -> MysqlConfig:
         lease_table=_ident(t, "mysql", "lease_table") or "wal_sink_lease",
         tls=dict(tls),
         local_infile=local_infile,
-        retry_attempts=retry_attempts,
+        outbox_table=_ident(t, "mysql", "outbox_table") or MysqlConfig.outbox_table,
+        outage_budget=_duration(
+            t.get("outage_budget", "5 minutes"), "mysql.outage_budget"
+        ),
         retry_backoff=_duration(
             t.get("retry_backoff", "0.5 seconds"), "mysql.retry_backoff"
         ),
         retry_backoff_max=_duration(
-            t.get("retry_backoff_max", "20 seconds"), "mysql.retry_backoff_max"
+            t.get("retry_backoff_max", "10 seconds"), "mysql.retry_backoff_max"
+        ),
+        max_transaction_rows=_positive(
+            t, "mysql", "max_transaction_rows", MysqlConfig.max_transaction_rows
+        ),
+        read_timeout=_duration(
+            t.get("read_timeout", "10 minutes"), "mysql.read_timeout"
         ),
     )
 
@@ -436,7 +447,18 @@ def _cdc(t: Any) -> CdcConfig:
 
 def _job(t: Any) -> JobConfig:
     t = _as_table(t, "job")
-    _only(t, "job", {"checkpoint", "trigger", "restart", "output_mode", "spark_conf"})
+    _only(
+        t,
+        "job",
+        {
+            "checkpoint",
+            "trigger",
+            "restart",
+            "output_mode",
+            "spark_conf",
+            "stop_timeout",
+        },
+    )
     spark_conf = _as_table(t.get("spark_conf", {}), "job.spark_conf")
     for key in spark_conf:
         if not key.startswith("spark."):
@@ -459,6 +481,7 @@ def _job(t: Any) -> JobConfig:
             for k, v in spark_conf.items()
         },
         restart=_restart(t.get("restart", {})),
+        stop_timeout=_duration(t.get("stop_timeout", "30 seconds"), "job.stop_timeout"),
     )
 
 
@@ -511,6 +534,13 @@ def _only(t: dict[str, Any], section: str, allowed: set[str]) -> None:
                 f"unknown config key {where!r}; allowed here: "
                 f"{', '.join(sorted(allowed))}"
             )
+
+
+def _positive(t: dict[str, Any], section: str, key: str, default: int) -> int:
+    value = t.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{section}.{key} must be a positive integer, not {value!r}")
+    return value
 
 
 def _table(raw: dict[str, Any], name: str, required: bool = False) -> dict[str, Any]:

@@ -25,7 +25,7 @@ def make_engine(mysql: MysqlConfig) -> Engine:
     return create_engine(
         url,
         pool_pre_ping=True,
-        pool_size=2,
+        pool_size=3,
         isolation_level="REPEATABLE READ",
         hide_parameters=True,
         connect_args={
@@ -33,6 +33,7 @@ def make_engine(mysql: MysqlConfig) -> Engine:
             "time_zone='+00:00'",
             "charset": "utf8mb4",
             "local_infile": mysql.local_infile,
+            "read_timeout": mysql.read_timeout,
             **mysql.tls,
         },
     )

@@ -51,3 +51,8 @@ class FencedError(TerminalError):
 
 class CheckpointResetError(TerminalError):
     """The Spark checkpoint is younger than what the WAL or ack table know (I7)."""
+
+
+class StopRequested(WalSinkError):
+    """The sink is stopping and takes no more batches; Spark plans this one again
+    at the next start. Neither transient nor terminal: the job ends normally."""

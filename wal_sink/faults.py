@@ -7,15 +7,18 @@ JVM die as in a power cut; run the writer in its own session
 (``start_new_session=True``). ``raise`` raises ``InjectedFault`` every time,
 ``raise-once`` only the first time in this process (for restart strategies);
 ``lost-once`` raises, once, the lost-connection error (2013) a client sees when the
-reply to COMMIT never arrives. Unset, every hook is a no-op.
+reply to COMMIT never arrives; ``eio-once`` raises, once, the I/O error (EIO) a flaky
+disk or mount gives. Unset, every hook is a no-op.
 
 Points: ``stage.during`` (executors are writing the batch's Parquet files),
 ``stage.before_commit`` (the attempt's files are written, the delta-rs commit is not
-made), ``stage.after`` (committed), ``commit.before_commit``, ``commit.after_commit``.
+made), ``stage.after`` (committed), ``commit.before_commit``, ``commit.after_commit``,
+``wal.read`` (the committer opens a staged file of the batch).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
@@ -29,10 +32,11 @@ POINTS = (
     "stage.after",
     "commit.before_commit",
     "commit.after_commit",
+    "wal.read",
 )
 
 
-ACTIONS = ("kill", "raise", "raise-once", "lost-once")
+ACTIONS = ("kill", "raise", "raise-once", "lost-once", "eio-once")
 _raised: set[str] = set()
 
 
@@ -81,6 +85,9 @@ def hit(point: str, batch_id: int) -> None:
                 2013, "Lost connection to MySQL server during query (injected)"
             ),
         )
+    elif action == "eio-once" and point not in _raised:
+        _raised.add(point)
+        raise OSError(errno.EIO, f"Input/output error (injected at {point})")
 
 
 def watch_stage(partition_dir: str, batch_id: int) -> None:

@@ -6,15 +6,21 @@ staged batches. The streaming job (through ``WalSink``) and the CLI's ``recover`
 from __future__ import annotations
 
 import logging
+import threading
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from wal_sink import lease
-from wal_sink.committer import CommitResult, Committer, reflect_target
+from wal_sink.acks import AckTable
+from wal_sink.batch_rows import reflect_target
+from wal_sink.committer import CommitResult, Committer
 from wal_sink.config import Config
 from wal_sink.db import make_engine
+from wal_sink.mysql_errors import mysql_error
 from wal_sink.preflight import preflight
 from wal_sink.recovery import high_water, recover
+from wal_sink.retry import within_budget
 from wal_sink.schema import init_db, sink_tables
 from wal_sink.wal import WalReader
 from wal_sink.wal_writer import WalWriter
@@ -23,17 +29,36 @@ log = logging.getLogger(__name__)
 
 
 class SinkInstance:
-    """Taking the lease (``start``) fences every earlier instance of the sink (I6)."""
+    """Taking the lease (``start``) fences every earlier instance of the sink (I6).
 
-    def __init__(self, config: Config, engine: Engine | None = None) -> None:
+    MySQL is reached only when needed: reading the WAL alone (``wal-sink inspect``)
+    asks for no password.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        engine: Engine | None = None,
+        *,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.config = config
-        self.engine = engine or make_engine(config.mysql)
-        self.wal = WalReader(config.wal_path, config.storage)
+        self._engine = engine
+        self.wal = WalReader(config.wal_path, config.storage, config.sink.id)
         self.writer = WalWriter(config.wal_path, config.sink.id, config.storage)
-        self.ack, self.lease = sink_tables(config.mysql)
+        self.tables = sink_tables(config.mysql)
+        self.acks = AckTable(self.tables.ack, config.sink.id)
+        self.stop = stop or threading.Event()
+        """Set to give up waiting on MySQL at once (a second SIGTERM)."""
         self.committer: Committer | None = None
         self.high_water: int | None = None
         """Highest batch id staged or applied when the lease was taken."""
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = make_engine(self.config.mysql)
+        return self._engine
 
     @property
     def sink_id(self) -> str:
@@ -45,29 +70,36 @@ class SinkInstance:
 
     def start(self) -> Committer:
         """Check the target, create the sink tables if needed and take the lease
-        (once per instance)."""
+        (once per instance). While MySQL is unreachable this waits, within the
+        outage budget, instead of failing at once."""
         if self.committer is None:
-            preflight(
-                self.engine,
-                self.config,
-                reflect_target(self.engine, self.config.mysql.table),
-            )
-            init_db(self.engine, self.config.mysql)
-            epoch = lease.acquire(self.engine, self.lease, self.sink_id)
-            committer = Committer(self.config, self.engine, self.wal, epoch)
-            self.high_water = high_water(self.engine, self.ack, self.wal, self.sink_id)
-            self.committer = committer
-            log.info(
-                "sink %s took lease epoch %s (known batches up to %s)",
-                self.sink_id,
-                epoch,
-                self.high_water,
+            self.committer = within_budget(
+                self._take_lease, self.config.mysql, "the start-up", self.stop
             )
         return self.committer
+
+    def _take_lease(self) -> Committer:
+        try:
+            target = reflect_target(self.engine, self.config.mysql.table)
+            preflight(self.engine, self.config, target)
+            init_db(self.engine, self.config.mysql)
+            epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)
+            with self.engine.connect() as conn:
+                self.high_water = high_water(conn, self.acks, self.wal)
+        except DBAPIError as e:
+            raise mysql_error(e, sink_id=self.sink_id) from e
+        log.info(
+            "sink %s took lease epoch %s (known batches up to %s)",
+            self.sink_id,
+            epoch,
+            self.high_water,
+        )
+        return Committer(self.config, self.engine, self.wal, epoch, self.stop)
 
     def recover(self) -> list[CommitResult]:
         """Apply every staged batch without an ack, in order."""
         return recover(self.start())
 
     def close(self) -> None:
-        self.engine.dispose()
+        if self._engine is not None:
+            self._engine.dispose()

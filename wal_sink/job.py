@@ -3,27 +3,27 @@
 Each attempt takes the lease, checks the checkpoint and applies unacked batches
 (recovery) before the query starts from its checkpoint. For parsed sources (kafka,
 json, csv) a second query beside it sends unparseable records to the quarantine.
-SIGTERM stops the query after the batch in progress. Exit codes: 0 done (drained,
-or stopped), 1 failed (the restart strategy gave up, or a terminal error), 2
-configuration error.
+Batches are staged by the query and applied by the sink's committer thread behind
+it. SIGTERM stops the query after the batch in progress and lets the committer apply
+what is staged (stop.py). Exit codes: 0 done (drained, or stopped), 1 failed (the
+restart strategy gave up, or a terminal error), 2 configuration error.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
 from collections.abc import Callable
 
-from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from wal_sink.checkpoint import batch_timestamp_ms, last_planned_batch
+from wal_sink.checkpoint import last_planned_batch
 from wal_sink.config import Config
 from wal_sink.durations import parse_duration
-from wal_sink.errors import ConfigError, TerminalError
+from wal_sink.errors import ConfigError, StopRequested, TerminalError
+from wal_sink.mysql_errors import first_line
+from wal_sink.pipeline import Applied
 from wal_sink.quarantine import Entry, Quarantine
 from wal_sink.recovery import check_checkpoint
 from wal_sink.restart import RestartPolicy
@@ -34,6 +34,7 @@ from wal_sink.source import (
     read_source,
     streaming_frame,
 )
+from wal_sink.stop import GracefulStop
 
 log = logging.getLogger("wal_sink.job")
 
@@ -42,60 +43,11 @@ PARSE_STREAM = "parse"
 PARSE_CHECKPOINT_SUFFIX = "_parse_errors"
 
 
-class StopRequested(Exception):
-    """A batch was about to start after SIGTERM; Spark will re-plan it next run."""
-
-
-class GracefulStop:
-    """SIGTERM sets ``requested``; the query is stopped between batches.
-
-    Under spark-submit the driver JVM is the parent process and gets the signal too;
-    its default handler would run the shutdown hooks and stop Spark mid-batch. The
-    JVM's TERM handler is therefore replaced by one that only sets the flag.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.stopping = False
-        self.batch_lock = threading.Lock()
-
-    def install(self, spark: SparkSession) -> None:
-        signal.signal(signal.SIGTERM, self._on_signal)
-        gateway = spark.sparkContext._gateway
-        ensure_callback_server_started(gateway)
-        jvm = spark.sparkContext._jvm
-        self._jvm_handler = _JvmTermHandler(self)  # keep a reference: py4j needs it
-        jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal("TERM"), self._jvm_handler)
-
-    def _on_signal(self, signum: int, frame: object) -> None:
-        self.requested = True
-
-
-class _JvmTermHandler:
-    """A ``sun.misc.SignalHandler`` implemented in Python through py4j."""
-
-    def __init__(self, stop: GracefulStop) -> None:
-        self.stop = stop
-
-    def handle(self, sig: object) -> None:
-        self.stop.requested = True
-
-    class Java:
-        implements = ["sun.misc.SignalHandler"]
-
-    def stop_between_batches(self, query: StreamingQuery) -> None:
-        with self.batch_lock:  # waits for the batch in progress
-            self.stopping = True
-        query.stop()
-
-
 class BatchRunner:
-    """The foreachBatch function: one batch through the sink, one log line."""
+    """The foreachBatch function: one batch staged through the sink, one log line;
+    the committer thread logs the batch again when it is applied."""
 
-    def __init__(
-        self, spark: SparkSession, sink: WalSink, stop: GracefulStop, checkpoint: str
-    ) -> None:
-        self.spark = spark
+    def __init__(self, sink: WalSink, stop: GracefulStop, checkpoint: str) -> None:
         self.sink = sink
         self.stop = stop
         self.checkpoint = checkpoint
@@ -104,28 +56,42 @@ class BatchRunner:
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self.stop.batch_lock:
             if self.stop.stopping:
-                raise StopRequested()
+                raise StopRequested("stopping: this batch is left for the next start")
             try:
                 self.sink.foreach_batch(df, batch_id)
             except BaseException as e:
                 self.failure = e
                 raise
-        report = self.sink.last_report
-        planned = batch_timestamp_ms(self.spark, self.checkpoint, batch_id)
-        lag = f"{time.time() * 1000 - planned:.0f}" if planned else "-"
-        r = report.result
+        report = self.sink.last_stage
+        rows = "-" if report.rows is None else str(report.rows)
         log.info(
-            "batch %d: rows=%d deleted=%d quarantined=%d stage_ms=%.0f "
-            "commit_ms=%.0f lag_ms=%s%s",
+            "batch %d staged: rows=%s stage_ms=%.0f pending=%d%s",
             batch_id,
-            r.rows,
-            r.deleted,
-            r.quarantined,
+            rows,
             report.stage_ms,
-            report.commit_ms,
-            lag,
-            "" if r.applied else " (already applied)",
+            report.pending,
+            "" if report.rows is not None else " (already staged)",
         )
+
+
+def log_applied(applied: Applied) -> None:
+    """The committer's line for each batch it finished."""
+    r = applied.result
+    if not r.applied:
+        log.info("batch %d already applied", r.batch_id)
+        return
+    lag = "-" if applied.lag_ms is None else f"{applied.lag_ms:.0f}"
+    log.info(
+        "batch %d applied: rows=%d deleted=%d quarantined=%d commit_ms=%.0f "
+        "lag_ms=%s pending=%d",
+        r.batch_id,
+        r.rows,
+        r.deleted,
+        r.quarantined,
+        r.seconds * 1000,
+        lag,
+        applied.pending,
+    )
 
 
 class ParseErrorRunner:
@@ -137,11 +103,9 @@ class ParseErrorRunner:
 
     def __init__(self, config: Config) -> None:
         self.quarantine = Quarantine(
-            config.quarantine_path,
-            config.sink.id,
-            stream=PARSE_STREAM,
-            storage=config.storage,
+            config.quarantine_path, config.sink.id, storage=config.storage
         )
+        self.app_id = f"{config.sink.id}:{PARSE_STREAM}"  # ':' is not in a sink id
         self.reason = (
             f"could not parse as {config.source.format} with source.schema "
             "(parse-error stream batch {batch})"
@@ -152,7 +116,7 @@ class ParseErrorRunner:
             Entry({"raw": row[0]}, self.reason.format(batch=batch_id))
             for row in df.select(CORRUPT_COLUMN).collect()
         ]
-        self.quarantine.record(batch_id, entries)
+        self.quarantine.record(self.app_id, batch_id, entries)
         if entries:
             log.warning(
                 "%d unparseable record(s) quarantined in %s",
@@ -210,7 +174,7 @@ def start_queries(
             config.sink.id,
             checkpoint,
             last_planned_batch(spark, checkpoint),
-            side.quarantine.recorded_version(),
+            side.quarantine.version(side.app_id),
         )
         queries.append(
             start_query(
@@ -242,8 +206,8 @@ def run_job(
     stop.install(spark)
     policy = RestartPolicy(config.job.restart)
     while True:
-        sink = WalSink(config)
-        runner = BatchRunner(spark, sink, stop, checkpoint)
+        sink = WalSink(config, on_applied=log_applied, stop=stop.now)
+        runner = BatchRunner(sink, stop, checkpoint)
         queries: list[StreamingQuery] = []
         try:
             recovered = sink.recover(spark, checkpoint)
@@ -257,13 +221,11 @@ def run_job(
             while any(q.isActive for q in queries):
                 for query in queries:
                     query.awaitTermination(0.25)  # raises if the query failed
+                sink.check()  # a committer failure stops the job, even when idle
                 if stop.requested and not stop.stopping:
-                    log.info("SIGTERM: stopping after the current batch")
-                    stop.stop_between_batches(queries[0])
-                    for query in queries[1:]:
-                        query.stop()
-            log.info("query finished: %s", "stopped" if stop.requested else "drained")
-            return EXIT_OK
+                    sink.stop_taking_batches()
+                    stop.stop_between_batches(queries)
+            return _finish(sink, config, stop)
         except ConfigError as e:
             log.error("%s", e)
             return EXIT_CONFIG
@@ -271,18 +233,13 @@ def run_job(
             log.error("%s", e)
             return EXIT_FAILED
         except Exception as e:  # StreamingQueryException, TransientError, lost MySQL
-            cause = runner.failure or e
-            if stop.requested:
-                log.info("stopped")
-                return EXIT_OK
+            cause = runner.failure or sink.failure or e
+            if stop.requested and not isinstance(cause, TerminalError):
+                return _finish(sink, config, stop)
             if isinstance(cause, TerminalError):
                 log.error("%s", cause)
                 return EXIT_CONFIG if isinstance(cause, ConfigError) else EXIT_FAILED
-            reason = (
-                str(cause).strip().splitlines()[0]
-                if str(cause).strip()
-                else repr(cause)
-            )
+            reason = first_line(cause)
             if not policy.allow_restart():
                 log.error(
                     "query failed: %s; restart strategy %r gives up",
@@ -300,7 +257,26 @@ def run_job(
             for query in queries:
                 if query.isActive:
                     query.stop()
-            sink.close()
+            sink.close(timeout=0)
+
+
+def _finish(sink: WalSink, config: Config, stop: GracefulStop) -> int:
+    """The queries ended (drained, or stopped by SIGTERM): let the committer apply
+    what is staged — all of it when draining, for up to ``job.stop_timeout`` on
+    SIGTERM, nothing more after a second SIGTERM — then say how it ended."""
+    started = time.monotonic()
+    while not sink.drain(0.25):
+        sink.check()
+        waited = time.monotonic() - started
+        if stop.now.is_set() or (stop.requested and waited > config.job.stop_timeout):
+            log.warning(
+                "stopped with %d staged batch(es) not yet applied; the next start "
+                "applies them",
+                sink.pending,
+            )
+            return EXIT_OK
+    log.info("query finished: %s", "stopped" if stop.requested else "drained")
+    return EXIT_OK
 
 
 def _sleep_unless_stopped(seconds: float, stop: GracefulStop) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy.exc import DBAPIError
 
+from wal_sink.errors import TerminalError, TransientError, WalSinkError
+
 # deadlock, lock wait timeout, snapshot conflict, can't connect, too many connections,
 # server gone away, lost connection, read-only (failover), read-only (super_read_only)
 TRANSIENT_CODES = frozenset({1213, 1205, 1020, 2003, 1040, 2006, 2013, 1290, 1836})
@@ -36,3 +38,19 @@ def is_row_error(exc: BaseException) -> bool:
 def first_line(obj: object) -> str:
     text = str(obj).strip()
     return text.splitlines()[0] if text else type(obj).__name__
+
+
+def mysql_error(
+    exc: DBAPIError,
+    *,
+    sink_id: str | None = None,
+    batch_id: int | None = None,
+    table: str | None = None,
+) -> WalSinkError:
+    """The sink's error for a MySQL failure: transient (retry the unit of work) or
+    terminal, with one line naming the error number."""
+    code = error_code(exc)
+    reason = f"MySQL error {code}: {first_line(exc.orig)}" if code else first_line(exc)
+    if is_transient(exc):
+        return TransientError(reason, sink_id=sink_id, batch_id=batch_id)
+    return TerminalError(reason, sink_id=sink_id, batch_id=batch_id, table=table)

@@ -1,7 +1,11 @@
-"""Dropping applied batches from the WAL (I5: never one without an ack row).
+"""Dropping applied batches from the WAL (I5: never one without an ack row), and
+then their ack rows, so the ack table does not grow without end.
 
-The plan is computed from the ack table; a batch that has an ack can never lose it,
-so a plan stays safe while it is carried out.
+The plan is computed from the ack table; a batch that has an ack can never lose it
+before its files are gone, so a plan stays safe while it is carried out. Ack rows
+are dropped only after the batches left the WAL (a crash in between leaves acks of
+purged batches, which is harmless), and the newest ack row always stays: recovery
+and the checkpoint check (I7) start from it.
 """
 
 from __future__ import annotations
@@ -9,9 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import Engine, Table, select
-
-from wal_sink.wal import WalReader
+from wal_sink.instance import SinkInstance
 from wal_sink.wal_maintenance import delete_batches
 
 
@@ -26,28 +28,18 @@ class PurgePlan:
 
 
 def plan_purge(
-    engine: Engine,
-    ack: Table,
-    wal: WalReader,
-    sink_id: str,
-    *,
-    before: int | None = None,
-    older_than: float | None = None,
+    sink: SinkInstance, *, before: int | None = None, older_than: float | None = None
 ) -> PurgePlan:
     """Select staged batches below ``before`` or acked more than ``older_than``
     seconds ago; only acked ones are removed."""
     if (before is None) == (older_than is None):
         raise ValueError("give exactly one of before / older_than")
-    wal.refresh()
-    staged = wal.staged_batches()
-    with engine.connect() as conn:
-        acks = dict(
-            conn.execute(
-                select(ack.c.batch_id, ack.c.committed_at).where(
-                    ack.c.sink_id == sink_id
-                )
-            ).all()
-        )
+    sink.wal.refresh()
+    staged = sink.wal.staged_batches()
+    if not staged:
+        return PurgePlan((), (), 0, 0)
+    with sink.engine.connect() as conn:
+        acks = sink.acks.committed_at(conn, min(staged), max(staged))
     if before is not None:
         selected = [b for b in staged if b < before]
     else:
@@ -64,5 +56,9 @@ def plan_purge(
     )
 
 
-def execute_purge(wal: WalReader, plan: PurgePlan) -> None:
-    delete_batches(wal.path, wal.storage, list(plan.remove))
+def execute_purge(sink: SinkInstance, plan: PurgePlan) -> int:
+    """Remove the plan's batches from the WAL, then their ack rows; returns how many
+    ack rows were dropped."""
+    delete_batches(sink.wal.path, sink.wal.storage, list(plan.remove))
+    with sink.engine.begin() as conn:
+        return sink.acks.forget(conn, list(plan.remove))

@@ -1,10 +1,11 @@
 """Rows set aside instead of applied: a Delta table beside the WAL
 (``wal.quarantine_path``, default ``<wal.path>_quarantine``) with sink id, batch
-id, reason and the record.
+id, the apply that set them aside, reason and the record. Written with delta-rs.
 
-Entries of a batch are written before that batch's MySQL COMMIT, so they are never
-lost, and with Delta's app-transaction id (sink id, batch id), so a retried or
-replayed batch does not record them twice. Written with delta-rs, like the WAL.
+Two writers, each exactly once through a Delta application transaction of its own:
+the committer's rows arrive through the MySQL outbox (outbox.py), so they are the
+rows of applies that committed, once; the parse-error stream records a Spark batch's
+unparseable records under ``<sink id>:parse`` with the batch id as version.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from wal_sink.errors import TransientError
 from wal_sink.storage import Storage
 from wal_sink.wal import open_parquet
 
@@ -29,8 +31,10 @@ SCHEMA = pa.schema(
         ("reason", pa.string()),
         ("record", pa.string()),
         ("recorded_at", pa.timestamp("us", tz="UTC")),
+        ("apply_id", pa.string()),
     ]
 )
+COMMIT_ATTEMPTS = 10
 
 
 @dataclass(frozen=True)
@@ -53,20 +57,11 @@ def record_json(record: dict[str, Any]) -> str:
 
 
 class Quarantine:
-    """Entries of one sink; ``stream`` names a second writer of the same sink (the
-    parse-error stream), whose batch ids are its own: each gets its own Delta app id
-    (``sink_id:stream``; ':' cannot occur in a sink id)."""
+    """The quarantine entries of one sink."""
 
-    def __init__(
-        self,
-        path: str,
-        sink_id: str,
-        stream: str | None = None,
-        storage: Storage = Storage(),
-    ) -> None:
+    def __init__(self, path: str, sink_id: str, storage: Storage = Storage()) -> None:
         self.path = path
         self.sink_id = sink_id
-        self.app_id = f"{sink_id}:{stream}" if stream else sink_id
         self.storage = storage
 
     def _table(self) -> DeltaTable | None:
@@ -77,38 +72,55 @@ class Quarantine:
         except TableNotFoundError:
             return None
 
-    def recorded_version(self) -> int | None:
-        """Highest batch id this writer recorded entries for, if any."""
+    def version(self, app_id: str) -> int | None:
+        """The highest version ``app_id`` wrote, if any."""
         table = self._table()
-        return table.transaction_version(self.app_id) if table is not None else None
+        return table.transaction_version(app_id) if table is not None else None
 
-    def record(self, batch_id: int, entries: list[Entry]) -> None:
-        """Append the batch's entries unless this batch already recorded some."""
-        if not entries:
-            return
-        recorded = self.recorded_version()
-        if recorded is not None and recorded >= batch_id:
-            return
-        now = datetime.now(timezone.utc)
-        data = pa.table(
-            {
-                "sink_id": [self.sink_id] * len(entries),
-                "batch_id": [batch_id] * len(entries),
-                "reason": [e.reason for e in entries],
-                "record": [record_json(e.record) for e in entries],
-                "recorded_at": [now] * len(entries),
-            },
-            schema=SCHEMA,
+    def append(self, rows: list[dict[str, Any]], app_id: str, version: int) -> bool:
+        """Append ``rows`` (columns of ``SCHEMA``) in one commit carrying the app
+        transaction (``app_id``, ``version``), unless the table already records
+        that version or a later one. Returns whether this call wrote them."""
+        data = pa.Table.from_pylist(rows, schema=SCHEMA)
+        for _ in range(COMMIT_ATTEMPTS):
+            recorded = self.version(app_id)
+            if recorded is not None and recorded >= version:
+                return False
+            try:
+                write_deltalake(
+                    self.path,
+                    data,
+                    mode="append",
+                    schema_mode="merge",  # tables of 0.1 lack apply_id
+                    storage_options=self.storage.delta_options or None,
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id=app_id, version=version)]
+                    ),
+                )
+                return True
+            except CommitFailedError:
+                continue
+        raise TransientError(
+            f"could not commit to {self.path} after {COMMIT_ATTEMPTS} conflicts",
+            sink_id=self.sink_id,
         )
-        write_deltalake(
-            self.path,
-            data,
-            mode="append",
-            storage_options=self.storage.delta_options or None,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=self.app_id, version=batch_id)]
-            ),
-        )
+
+    def record(self, app_id: str, batch_id: int, entries: list[Entry]) -> None:
+        """The parse-error stream's entries of its batch ``batch_id``, once."""
+        if entries:
+            now = datetime.now(timezone.utc)
+            rows = [
+                {
+                    "sink_id": self.sink_id,
+                    "batch_id": batch_id,
+                    "reason": e.reason,
+                    "record": record_json(e.record),
+                    "recorded_at": now,
+                    "apply_id": None,
+                }
+                for e in entries
+            ]
+            self.append(rows, app_id, batch_id)
 
     def read(self, limit: int, batch_id: int | None = None) -> list[dict[str, Any]]:
         """Newest-last entries of this sink (optionally of one batch), at most
@@ -124,6 +136,6 @@ class Quarantine:
                         None,
                         row["batch_id"],
                     ):
-                        rows.append(row)
+                        rows.append({"apply_id": None, **row})
         rows.sort(key=lambda r: (r["batch_id"], r["recorded_at"]))
         return rows[-limit:]

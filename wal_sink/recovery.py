@@ -1,40 +1,33 @@
 """Start-up: apply every staged batch that has no ack, in batch order, and refuse a
 Spark checkpoint that was reset (I7).
 
-Resume state comes only from the two commit records: the WAL (what was staged) and the
-ack table (what was applied). The same code path serves the job's start and
+Resume state comes only from the two commit records: the WAL (what was staged, up to
+its application transaction's version) and the ack table (what was applied). Batches
+are applied in order (I8), so everything up to the newest ack is applied; what is
+staged beyond it is not. The same code path serves the job's start and
 ``wal-sink recover``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
-from sqlalchemy import Engine, Table, func, select
+from sqlalchemy import Connection
 
+from wal_sink.acks import AckTable
 from wal_sink.committer import CommitResult, Committer
 from wal_sink.errors import CheckpointResetError
-from wal_sink.wal import WalReader
+from wal_sink.wal import BatchState, WalReader
 
 log = logging.getLogger(__name__)
 
 
-def acked_batch_ids(engine: Engine, ack: Table, sink_id: str) -> set[int]:
-    with engine.connect() as conn:
-        return set(
-            conn.execute(
-                select(ack.c.batch_id).where(ack.c.sink_id == sink_id)
-            ).scalars()
-        )
-
-
-def high_water(engine: Engine, ack: Table, wal: WalReader, sink_id: str) -> int | None:
+def high_water(conn: Connection, acks: AckTable, wal: WalReader) -> int | None:
     """Highest batch id this sink is known to have staged or applied, if any."""
-    with engine.connect() as conn:
-        acked = conn.execute(
-            select(func.max(ack.c.batch_id)).where(ack.c.sink_id == sink_id)
-        ).scalar_one()
-    known = [b for b in (acked, wal.last_staged(sink_id)) if b is not None]
+    known = [
+        b for b in (acks.newest(conn), wal.last_staged(acks.sink_id)) if b is not None
+    ]
     return max(known, default=None)
 
 
@@ -58,22 +51,78 @@ def check_checkpoint(
     )
 
 
-def unacked_batches(committer: Committer) -> list[int]:
-    """Staged batches without an ack row, in batch order."""
-    committer.wal.refresh()
-    staged = committer.wal.staged_batches()
-    acked = acked_batch_ids(committer.engine, committer.ack, committer.sink_id)
-    return sorted(b for b in staged if b not in acked)
+def unacked_batches(wal: WalReader, acks: AckTable, conn: Connection) -> list[int]:
+    """Staged batches without an ack row, in batch order.
+
+    Batches with files in the WAL are found by listing; a batch staged beyond the
+    newest ack with no files is either empty (staged by wal_sink 0.1 without any
+    file: it is acked with no rows) or missing, whose files were removed: it is
+    listed, and applying it fails naming it (I1), rather than being skipped.
+    """
+    wal.refresh()
+    staged = wal.staged_batches()
+    last = wal.last_staged(acks.sink_id)
+    if last is None:
+        return []
+    newest = acks.newest(conn)
+    first = min(staged, default=last)
+    acked = acks.acked_between(conn, first, last) if staged else set()
+    pending = {b for b in staged if b not in acked}
+    start = newest + 1 if newest is not None else first
+    for batch_id in range(start, last + 1):
+        if batch_id in staged or batch_id in acked:
+            continue
+        if wal.state_without_files(batch_id, acks.sink_id) is not BatchState.NOT_STAGED:
+            pending.add(batch_id)
+    return sorted(pending)
+
+
+def groups(batches: Iterable[tuple[int, int]], max_rows: int) -> list[list[int]]:
+    """Split (batch id, rows) pairs, in order, into runs of consecutive ids whose
+    rows stay within ``max_rows``: one transaction each. A batch larger than
+    ``max_rows`` is a group of its own."""
+    result: list[list[int]] = []
+    rows = 0
+    for batch_id, batch_rows in batches:
+        current = result[-1] if result else None
+        if (
+            current is not None
+            and batch_id == current[-1] + 1
+            and rows + batch_rows <= max_rows
+        ):
+            current.append(batch_id)
+            rows += batch_rows
+        else:
+            result.append([batch_id])
+            rows = batch_rows
+    return result
 
 
 def recover(committer: Committer) -> list[CommitResult]:
-    """Apply every staged-but-unacked batch, oldest first."""
-    pending = unacked_batches(committer)
-    if pending:
-        log.info(
-            "sink %s: recovering %d unacked batch(es): %s",
-            committer.sink_id,
-            len(pending),
-            pending,
+    """Apply every staged-but-unacked batch, oldest first, consecutive ones in
+    shared transactions."""
+    with committer.engine.connect() as conn:
+        pending = unacked_batches(committer.wal, committer.acks, conn)
+    if not pending:
+        return []
+    log.info(
+        "sink %s: recovering %d unacked batch(es): %s",
+        committer.sink_id,
+        len(pending),
+        _span(pending),
+    )
+    staged = committer.wal.staged_batches()
+    max_rows = committer.config.mysql.max_transaction_rows
+    # A batch without files goes alone (counted over the limit): should it turn out
+    # missing, the batches before it are applied first.
+    sizes = [(b, staged[b].rows if b in staged else max_rows + 1) for b in pending]
+    results: list[CommitResult] = []
+    for group in groups(sizes, max_rows):
+        results += committer.apply_group(
+            [staged.get(b, b) for b in group]  # batches without files: looked up
         )
-    return [committer.apply(batch_id) for batch_id in pending]
+    return results
+
+
+def _span(ids: list[int]) -> str:
+    return ", ".join(map(str, ids)) if len(ids) <= 10 else f"{ids[0]}..{ids[-1]}"

@@ -2,7 +2,9 @@
 
 Acked batches are re-applied only when forced; a forced replay replaces the ack row
 in the batch's own transaction, so ``add`` columns add again (the version guard still
-protects ``overwrite`` columns). Planning reads only, so ``--dry-run`` touches nothing.
+protects ``overwrite`` columns). A replay never runs ahead of batches that are staged
+and not applied yet (I8): those are ``recover``'s. Planning reads only, so
+``--dry-run`` touches nothing.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wal_sink.committer import ChunkCallback, CommitResult
+from wal_sink.batch_rows import ChunkCallback
+from wal_sink.committer import CommitResult
+from wal_sink.errors import TerminalError
 from wal_sink.instance import SinkInstance
-from wal_sink.recovery import acked_batch_ids
+from wal_sink.recovery import unacked_batches
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,10 @@ class ReplayPlan:
         return bool(self.add_columns and self.reapplied_acked)
 
 
+class ReplayOrderError(TerminalError):
+    """Replaying would apply a batch before earlier staged ones (I8)."""
+
+
 def plan_replay(
     instance: SinkInstance, first: int, last: int, *, force: bool
 ) -> ReplayPlan:
@@ -42,7 +50,19 @@ def plan_replay(
         raise ValueError(f"--from {first} is after --to {last}")
     instance.wal.refresh()
     staged = instance.wal.staged_batches()
-    acked = acked_batch_ids(instance.engine, instance.ack, instance.sink_id)
+    with instance.engine.connect() as conn:
+        acked = instance.acks.acked_between(conn, first, last)
+        earlier = [
+            b for b in unacked_batches(instance.wal, instance.acks, conn) if b < first
+        ]
+    if earlier:
+        shown = ", ".join(map(str, earlier[:10])) + (" …" if len(earlier) > 10 else "")
+        raise ReplayOrderError(
+            f"batch(es) {shown} are staged and not applied yet; replaying from "
+            f"{first} would apply later batches before them. Run `wal-sink recover` "
+            "first",
+            sink_id=instance.sink_id,
+        )
     wanted = range(first, last + 1)
     in_wal = [b for b in wanted if b in staged]
     apply = tuple(b for b in in_wal if force or b not in acked)
@@ -65,7 +85,8 @@ def run_replay(
     on_chunk: ChunkCallback | None = None,
     on_batch: Callable[[CommitResult], None] | None = None,
 ) -> list[CommitResult]:
-    """Take the lease (fencing any running job) and apply the plan's batches."""
+    """Take the lease (fencing any running job) and apply the plan's batches, one
+    transaction each."""
     committer = instance.start()
     results = []
     for batch_id in plan.apply:

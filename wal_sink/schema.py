@@ -1,20 +1,46 @@
-"""The sink's own MySQL tables: acks (what is applied) and leases (who may apply).
+"""The sink's own MySQL tables: acks (what is applied), leases (who may apply) and
+the quarantine outbox (rows set aside, on their way to the quarantine table).
 
 ``sql/wal_sink_tables.sql`` is the same DDL for DBAs; a unit test keeps the two equal.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Engine, MetaData, String, Table
-from sqlalchemy.dialects.mysql import DATETIME
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Engine,
+    Index,
+    MetaData,
+    String,
+    Table,
+    Text,
+    inspect,
+    text,
+)
+from sqlalchemy.dialects.mysql import CHAR, DATETIME, LONGTEXT
+from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import MysqlConfig
+from wal_sink.errors import ConfigError
+from wal_sink.mysql_errors import error_code, first_line
 
 SINK_ID_LENGTH = 128
+APPLY_ID_LENGTH = 32
+ACCESS_DENIED = frozenset({1142, 1143, 1044, 1045})
 
 
-def sink_tables(mysql: MysqlConfig) -> tuple[Table, Table]:
-    """Return (ack, lease) Table objects named as the config says."""
+@dataclass(frozen=True)
+class SinkTables:
+    ack: Table
+    lease: Table
+    outbox: Table
+
+
+def sink_tables(mysql: MysqlConfig) -> SinkTables:
+    """The sink's tables, named as the config says."""
     metadata = MetaData()
     ack = Table(
         mysql.ack_table,
@@ -26,6 +52,7 @@ def sink_tables(mysql: MysqlConfig) -> tuple[Table, Table]:
         Column("quarantined", BigInteger, nullable=False),
         Column("epoch", BigInteger, nullable=False),
         Column("committed_at", DATETIME(fsp=6), nullable=False),
+        Column("apply_id", CHAR(APPLY_ID_LENGTH)),
         mysql_engine="InnoDB",
     )
     lease = Table(
@@ -37,10 +64,40 @@ def sink_tables(mysql: MysqlConfig) -> tuple[Table, Table]:
         Column("acquired_at", DATETIME(fsp=6), nullable=False),
         mysql_engine="InnoDB",
     )
-    return ack, lease
+    outbox = Table(
+        mysql.outbox_table,
+        metadata,
+        Column("id", BigInteger, primary_key=True, autoincrement=True),
+        Column("sink_id", String(SINK_ID_LENGTH), nullable=False),
+        Column("apply_id", CHAR(APPLY_ID_LENGTH), nullable=False),
+        Column("batch_id", BigInteger, nullable=False),
+        Column("reason", Text, nullable=False),
+        Column("record", LONGTEXT, nullable=False),
+        Column("recorded_at", DATETIME(fsp=6), nullable=False),
+        Index(f"{mysql.outbox_table}_sink", "sink_id", "id"),
+        mysql_engine="InnoDB",
+    )
+    return SinkTables(ack, lease, outbox)
 
 
 def init_db(engine: Engine, mysql: MysqlConfig) -> None:
-    """Create the ack and lease tables if they do not exist (idempotent)."""
-    ack, _ = sink_tables(mysql)
-    ack.metadata.create_all(engine, checkfirst=True)
+    """Create the sink's tables if they do not exist (idempotent), and add the
+    ack table's ``apply_id`` to one created by wal_sink 0.1."""
+    tables = sink_tables(mysql)
+    tables.ack.metadata.create_all(engine, checkfirst=True)
+    with engine.connect() as conn:
+        columns = {c["name"] for c in inspect(conn).get_columns(tables.ack.name)}
+    if "apply_id" in columns:
+        return
+    name = engine.dialect.identifier_preparer.quote(tables.ack.name)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"ALTER TABLE {name} ADD COLUMN apply_id CHAR(32) NULL"))
+    except DBAPIError as e:
+        if error_code(e) not in ACCESS_DENIED:
+            raise
+        raise ConfigError(
+            f"the ack table {tables.ack.name} lacks column apply_id (added in 0.2) "
+            f"and this user may not add it ({first_line(e.orig)}): run "
+            "sql/upgrade_0.2.sql as a user allowed to ALTER it"
+        ) from None

@@ -1,57 +1,92 @@
 """WalSink: the object a streaming query hands its micro-batches to.
 
-    sink = WalSink.from_config("conf/x.toml")
-    sink.recover()
-    df.writeStream.foreachBatch(sink.foreach_batch).option("checkpointLocation", ...)
+    with WalSink.from_config("conf/x.toml") as sink:
+        sink.recover(spark)
+        query = (df.writeStream.foreachBatch(sink.foreach_batch)
+                 .option("checkpointLocation", ...).start())
+        query.awaitTermination()
+    # leaving the block applies what is staged, then closes
 
 Per batch (DESIGN.md §2): stage to the WAL (Step 1: executors write Parquet, delta-rs
-commits it), apply in one MySQL transaction with the ack row (Step 2), return so
-Spark records the batch (Step 3). On start the lease is taken (epoch + 1) and staged
-batches without an ack are applied first.
+commits it) and return, so Spark records the batch (Step 2); a committer thread
+applies staged batches to MySQL behind Spark, in batch order, each with its ack row
+(Step 3). On start the lease is taken (epoch + 1) and staged batches without an ack
+are applied first.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from wal_sink import lease
-from wal_sink.checkpoint import last_planned_batch
+from wal_sink.checkpoint import batch_timestamp_ms, last_planned_batch
 from wal_sink.committer import CommitResult
 from wal_sink.config import Config, load_config
 from wal_sink.errors import CheckpointResetError
 from wal_sink.instance import SinkInstance
+from wal_sink.mysql_errors import first_line, is_transient, mysql_error
+from wal_sink.pipeline import Applied, Handoff, Pipeline
 from wal_sink.recovery import check_checkpoint
 from wal_sink.staging import stage
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
-class BatchReport:
+class StageReport:
     """What one ``foreach_batch`` call did, for the job's per-batch log line."""
 
-    result: CommitResult
+    batch_id: int
+    rows: int | None
+    """None when the WAL already held the batch (a re-delivery)."""
     stage_ms: float
-    commit_ms: float
+    pending: int
+    """Staged batches waiting for MySQL, this one included."""
 
 
 class WalSink(SinkInstance):
-    """Exactly-once sink for one ``sink.id``; not shared between queries."""
+    """Exactly-once sink for one ``sink.id``; not shared between queries.
 
-    def __init__(self, config: Config, engine: Engine | None = None) -> None:
-        super().__init__(config, engine)
+    ``close()`` is not guaranteed to be called (a crash, SIGKILL): whatever is staged
+    and not applied then is applied by the next start's recovery.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        engine: Engine | None = None,
+        *,
+        on_applied: Callable[[Applied], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        super().__init__(config, engine, stop=stop)
+        self.on_applied = on_applied
+        self._pipeline: Pipeline | None = None
+        self._checkpoint: str | None = None
         self._first_batch_seen = False
-        self.last_report: BatchReport | None = None
+        self.last_stage: StageReport | None = None
 
     @classmethod
     def from_config(cls, config: Config | str | os.PathLike[str]) -> WalSink:
         if not isinstance(config, Config):
             config = load_config(Path(config))
         return cls(config)
+
+    def __enter__(self) -> WalSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def recover(
         self, spark: SparkSession | None = None, checkpoint: str | None = None
@@ -69,39 +104,109 @@ class WalSink(SinkInstance):
         )
         spark = spark or SparkSession.getActiveSession()
         if spark is not None and checkpoint is not None:
-            location = self.config.resolve(checkpoint)
+            self._checkpoint = self.config.resolve(checkpoint)
             check_checkpoint(
                 self.sink_id,
-                location,
-                last_planned_batch(spark, location),
+                self._checkpoint,
+                last_planned_batch(spark, self._checkpoint),
                 self.high_water,
             )
         return super().recover()
 
     def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
-        """The ``foreachBatch`` function: stage, then commit, then return to Spark."""
-        committer = self.start()
+        """The ``foreachBatch`` function: stage, hand over to the committer, return.
+
+        Raises the committer's failure, if it stopped on one, at this batch boundary.
+        """
+        self.start()
+        pipeline = self._pipeline_for()
         self._guard_first_batch(batch_id)
-        # Only the lease holder stages.
-        with self.engine.connect() as conn:
-            lease.check(
-                conn,
-                self.lease,
-                self.sink_id,
-                committer.epoch,
-                lock=False,
-                batch_id=batch_id,
-            )
-        # Step 1. Stage (None: the WAL already holds this batch, apply what it holds).
+        self._check_lease(batch_id)
+        # Backpressure: at most wal.max_pending staged batches wait for MySQL.
+        pipeline.wait_for_room()
+        # Step 1. Stage (None: the WAL already holds this batch; apply what it holds).
         started = time.monotonic()
         order_by = self.config.cdc.order_by if self.config.cdc else None
         staged = stage(df, self.writer, batch_id, order_by)
-        staged_at = time.monotonic()
-        # Step 2. Commit. Step 3 is returning: Spark then writes its commit log.
-        result = committer.apply(batch_id, batch=staged)
-        self.last_report = BatchReport(
-            result, (staged_at - started) * 1000, (time.monotonic() - staged_at) * 1000
+        stage_ms = (time.monotonic() - started) * 1000
+        planned = (
+            batch_timestamp_ms(df.sparkSession, self._checkpoint, batch_id)
+            if self._checkpoint
+            else None
         )
+        # Step 2. Hand over; returning lets Spark record the batch in its commit log.
+        pipeline.submit(Handoff(batch_id, staged, planned, time.time()))
+        self.last_stage = StageReport(
+            batch_id, staged.rows if staged else None, stage_ms, pipeline.pending
+        )
+
+    @property
+    def pending(self) -> int:
+        """Staged batches not yet applied by this instance's committer."""
+        return self._pipeline.pending if self._pipeline else 0
+
+    def stop_taking_batches(self) -> None:
+        """A batch still waiting for room is not staged; what is staged is still
+        applied (``drain``)."""
+        if self._pipeline is not None:
+            self._pipeline.refuse()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What stopped the committer, if anything did."""
+        return self._pipeline.failure if self._pipeline else None
+
+    def check(self) -> None:
+        """Raise the committer's failure, if it stopped on one."""
+        if self._pipeline is not None:
+            self._pipeline.check()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until the committer applied everything staged; False when it failed
+        or the timeout passed (what is left stays staged for the next start)."""
+        return self._pipeline.drain(timeout) if self._pipeline else True
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop taking batches, let the committer apply what is staged (up to
+        ``timeout`` seconds), then release the connections. Returns whether
+        everything staged was applied."""
+        drained = self.drain(timeout)
+        if self._pipeline is not None:
+            self._pipeline.close()
+        super().close()
+        return drained
+
+    def _pipeline_for(self) -> Pipeline:
+        if self._pipeline is None:
+            self._pipeline = Pipeline(
+                self.start(), self.config.wal.max_pending, self.on_applied
+            )
+        return self._pipeline
+
+    def _check_lease(self, batch_id: int) -> None:
+        """Only the lease holder stages. While MySQL is unreachable staging goes on
+        unconfirmed: nobody can take the lease from a MySQL that is down, and were
+        MySQL only cut off from this instance, what it stages is still fenced at
+        COMMIT (I6) and staged once per batch id (I4)."""
+        try:
+            with self.engine.connect() as conn:
+                lease.check(
+                    conn,
+                    self.tables.lease,
+                    self.sink_id,
+                    self.epoch,
+                    lock=False,
+                    batch_id=batch_id,
+                )
+        except DBAPIError as e:
+            if not is_transient(e):
+                raise mysql_error(e, sink_id=self.sink_id, batch_id=batch_id) from e
+            log.warning(
+                "sink %s batch %s: staging without confirming the lease: %s",
+                self.sink_id,
+                batch_id,
+                first_line(e.orig),
+            )
 
     def _guard_first_batch(self, batch_id: int) -> None:
         """I7 without a checkpoint to read: after a restart Spark's first batch is the
@@ -112,9 +217,8 @@ class WalSink(SinkInstance):
         if self.high_water is not None and batch_id < self.high_water:
             raise CheckpointResetError(
                 f"Spark delivered batch {batch_id} first, but the WAL/ack table "
-                "already "
-                f"hold batch {self.high_water}: the checkpoint was reset or replaced. "
-                "Restore it, or use a new sink.id",
+                f"already hold batch {self.high_water}: the checkpoint was reset or "
+                "replaced. Restore it, or use a new sink.id",
                 sink_id=self.sink_id,
                 batch_id=batch_id,
             )

@@ -78,7 +78,9 @@ def stage(
     return StagedBatch.ordered(
         batch_id,
         [
-            StagedFile(join(writer.location, f.path), f.rows, f.size, f.min_seq)
+            StagedFile(
+                join(writer.location, f.path), f.rows, f.size, f.min_seq, f.modified_ms
+            )
             for f in files
         ],
     )

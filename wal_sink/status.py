@@ -1,19 +1,22 @@
-"""What an operator needs to see about one sink, from the WAL (delta-rs) and the ack
-and lease tables (SQL) — no JVM, so ``wal-sink status`` answers in well under a
-second."""
+"""What an operator needs to see about one sink, from the WAL (delta-rs) and the ack,
+lease and outbox tables (SQL) — no JVM, and no scan of every ack ever written, so
+``wal-sink status`` answers in well under a second."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Engine, Table, func, select
+from sqlalchemy import select
 from sqlalchemy.exc import ProgrammingError
 
+from wal_sink.instance import SinkInstance
 from wal_sink.mysql_errors import error_code
-from wal_sink.recovery import acked_batch_ids
-from wal_sink.wal import WalReader
+from wal_sink.outbox import Outbox
+from wal_sink.quarantine import Quarantine
+from wal_sink.recovery import unacked_batches
 
 NO_SUCH_TABLE = 1146
 
@@ -33,13 +36,20 @@ class SinkStatus:
     wal_files: int
     ack_tables_exist: bool
     acked_batches: int
+    """Ack rows kept (purge drops those of purged batches but the newest)."""
     acked_first: int | None
     acked_last: int | None
     unacked: list[int] = field(default_factory=list)
-    """Staged batches without an ack row: what recover would apply."""
+    """Staged batches without an ack row: what the committer or recover applies."""
+    pending_batches: int = 0
+    """How many batches are staged and not yet applied (len(unacked))."""
+    commit_lag_seconds: float | None = None
+    """How long the oldest staged-but-unapplied batch has waited for MySQL."""
     rows_applied: int = 0
     rows_deleted: int = 0
     rows_quarantined: int = 0
+    outbox_rows: int = 0
+    """Rows set aside by committed batches, not yet in the quarantine table."""
     last_commit_at: str | None = None
     lag_seconds: float | None = None
     """Seconds since the last batch was committed to MySQL."""
@@ -53,22 +63,37 @@ class SinkStatus:
         return asdict(self)
 
 
-def collect_status(
-    engine: Engine, ack: Table, lease: Table, wal: WalReader, sink_id: str
-) -> SinkStatus:
+def collect_status(sink: SinkInstance) -> SinkStatus:
+    wal = sink.wal
+    wal.refresh()
     staged = wal.staged_batches()
-    last_staged = wal.last_staged(sink_id)
+    last_staged = wal.last_staged(sink.sink_id)
+    lease = sink.tables.lease
     try:
-        acks, acked_ids, lease_row = _mysql_side(engine, ack, lease, sink_id)
+        with sink.engine.connect() as conn:
+            acks = sink.acks.summary(conn)
+            unacked = unacked_batches(wal, sink.acks, conn)
+            outbox = Outbox(
+                sink.tables.outbox, sink.sink_id, _quarantine(sink)
+            ).waiting(conn)
+            lease_row = conn.execute(
+                select(lease.c.epoch, lease.c.holder, lease.c.acquired_at).where(
+                    lease.c.sink_id == sink.sink_id
+                )
+            ).first()
         tables = True
     except ProgrammingError as e:
         if error_code(e) != NO_SUCH_TABLE:
             raise
-        acks, acked_ids, lease_row, tables = None, set(), None, False
-    count, first, last, rows, deleted, quarantined, last_at = acks or (0,) + (None,) * 6
+        acks, unacked, outbox, lease_row, tables = None, sorted(staged), 0, None, False
     now = datetime.now(timezone.utc).replace(tzinfo=None)
+    last_at = acks.last_commit_at if acks else None
+    last = acks.last if acks else None
+    waited = [
+        staged[b].staged_ms for b in unacked if b in staged and staged[b].staged_ms
+    ]
     return SinkStatus(
-        sink_id=sink_id,
+        sink_id=sink.sink_id,
         wal_path=wal.path,
         wal_exists=wal.table() is not None,
         staged_batches=len(staged),
@@ -79,13 +104,18 @@ def collect_status(
         wal_bytes=sum(b.size_bytes for b in staged.values()),
         wal_files=sum(len(b.files) for b in staged.values()),
         ack_tables_exist=tables,
-        acked_batches=count or 0,
-        acked_first=first,
+        acked_batches=acks.count if acks else 0,
+        acked_first=acks.first if acks else None,
         acked_last=last,
-        unacked=sorted(b for b in staged if b not in acked_ids),
-        rows_applied=int(rows or 0),
-        rows_deleted=int(deleted or 0),
-        rows_quarantined=int(quarantined or 0),
+        unacked=unacked,
+        pending_batches=len(unacked),
+        commit_lag_seconds=round(max(0.0, time.time() - min(waited) / 1000), 3)
+        if waited
+        else (0.0 if tables else None),
+        rows_applied=acks.rows if acks else 0,
+        rows_deleted=acks.deleted if acks else 0,
+        rows_quarantined=acks.quarantined if acks else 0,
+        outbox_rows=outbox,
         last_commit_at=last_at.isoformat() if last_at else None,
         lag_seconds=round((now - last_at).total_seconds(), 3) if last_at else None,
         lag_batches=(last_staged - (last if last is not None else -1))
@@ -97,23 +127,6 @@ def collect_status(
     )
 
 
-def _mysql_side(engine: Engine, ack: Table, lease: Table, sink_id: str):
-    mine = ack.c.sink_id == sink_id
-    with engine.connect() as conn:
-        acks = conn.execute(
-            select(
-                func.count(),
-                func.min(ack.c.batch_id),
-                func.max(ack.c.batch_id),
-                func.sum(ack.c.row_count),
-                func.sum(ack.c.deleted_count),
-                func.sum(ack.c.quarantined),
-                func.max(ack.c.committed_at),
-            ).where(mine)
-        ).one()
-        lease_row = conn.execute(
-            select(lease.c.epoch, lease.c.holder, lease.c.acquired_at).where(
-                lease.c.sink_id == sink_id
-            )
-        ).first()
-    return tuple(acks), acked_batch_ids(engine, ack, sink_id), lease_row
+def _quarantine(sink: SinkInstance) -> Quarantine:
+    config = sink.config
+    return Quarantine(config.quarantine_path, sink.sink_id, storage=config.storage)

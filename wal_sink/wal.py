@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import Enum
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from wal_sink import faults
 from wal_sink.errors import TerminalError, WalSinkError
 from wal_sink.storage import Storage
 from wal_sink.storage_errors import storage_error
@@ -37,6 +39,8 @@ class StagedFile:
     rows: int
     size_bytes: int
     min_seq: int | None
+    modified_ms: int | None = None
+    """When the file was written (staging time), epoch milliseconds."""
 
 
 @dataclass(frozen=True)
@@ -57,13 +61,31 @@ class StagedBatch:
     def size_bytes(self) -> int:
         return sum(f.size_bytes for f in self.files)
 
+    @property
+    def staged_ms(self) -> int | None:
+        """When the batch was staged (its newest file), epoch milliseconds."""
+        times = [f.modified_ms for f in self.files if f.modified_ms is not None]
+        return max(times, default=None)
+
+
+class BatchState(Enum):
+    """What the WAL's history says of a batch that has no files in it now."""
+
+    EMPTY = "staged with no rows"
+    MISSING = "staged, but its files were removed since"
+    NOT_STAGED = "never staged"
+
 
 class WalReader:
     """Read-only view of one WAL table; ``refresh()`` picks up new commits."""
 
-    def __init__(self, path: str, storage: Storage = Storage()) -> None:
+    def __init__(
+        self, path: str, storage: Storage = Storage(), sink_id: str | None = None
+    ) -> None:
         self.path = path
         self.storage = storage
+        self.sink_id = sink_id
+        """Named in errors, when known."""
         self._table: DeltaTable | None = None
 
     def exists(self) -> bool:
@@ -79,7 +101,7 @@ class WalReader:
             except TableNotFoundError:
                 return None
             except Exception as e:
-                raise storage_error(e, self.path) from e
+                raise storage_error(e, self.path, sink_id=self.sink_id) from e
         return self._table
 
     def refresh(self) -> None:
@@ -89,7 +111,7 @@ class WalReader:
         try:
             self._table.update_incremental()
         except Exception as e:
-            raise storage_error(e, self.path) from e
+            raise storage_error(e, self.path, sink_id=self.sink_id) from e
 
     def last_staged(self, sink_id: str) -> int | None:
         """Highest batch id whose stage committed (Delta's txn version for the app)."""
@@ -118,6 +140,7 @@ class WalReader:
                     uri=_join_uri(base, row["path"]),
                     rows=int(row["num_records"] or 0),
                     size_bytes=int(row["size_bytes"]),
+                    modified_ms=int(row["modification_time"]),
                     min_seq=row[min_col] if has_min else None,
                 )
             )
@@ -127,6 +150,44 @@ class WalReader:
 
     def staged_batch(self, batch_id: int) -> StagedBatch | None:
         return self.staged_batches(only=batch_id).get(batch_id)
+
+    def state_without_files(self, batch_id: int, app_id: str) -> BatchState:
+        """Tell an empty batch from a missing one, for a batch with no files now.
+
+        The WAL's application transaction says whether the batch was staged; the
+        commit that staged it (the first table version whose transaction reached
+        ``batch_id``) says whether it had files. Today's writer always commits at
+        least one file, so this matters for WALs written by wal_sink 0.1, whose
+        empty batches have none, and for files lost since (I1: never acked empty).
+        """
+        table = self.table()
+        if table is None or (table.transaction_version(app_id) or -1) < batch_id:
+            return BatchState.NOT_STAGED
+        try:
+            low, high = 0, table.version()
+            while low < high:
+                middle = (low + high) // 2
+                reached = self._at(middle).transaction_version(app_id)
+                if reached is not None and reached >= batch_id:
+                    high = middle
+                else:
+                    low = middle + 1
+            staging = self._at(low)
+            if staging.transaction_version(app_id) != batch_id:
+                return BatchState.NOT_STAGED
+            actions = pa.table(staging.get_add_actions(flatten=True))
+            partition = actions[f"partition.{BATCH_COLUMN}"]
+            had_files = pc.any(pc.equal(partition, batch_id)).as_py()
+        except Exception:  # history no longer readable: assume the worst
+            return BatchState.MISSING
+        return BatchState.MISSING if had_files else BatchState.EMPTY
+
+    def _at(self, version: int) -> DeltaTable:
+        return DeltaTable(
+            self.path,
+            version=version,
+            storage_options=self.storage.delta_options or None,
+        )
 
     def read_batch(
         self, batch: StagedBatch, chunk_rows: int
@@ -140,6 +201,7 @@ class WalReader:
         last = -1
         for staged_file in batch.files:
             try:
+                faults.hit("wal.read", batch.batch_id)
                 parquet = open_parquet(staged_file.uri, self.storage)
                 user_columns = [
                     n for n in parquet.schema_arrow.names if n not in WAL_COLUMNS
@@ -153,6 +215,7 @@ class WalReader:
                         raise TerminalError(
                             "the WAL holds this batch's rows out of their staged "
                             f"order (in {staged_file.uri}); it is not applied",
+                            sink_id=self.sink_id,
                             batch_id=batch.batch_id,
                         )
                     last = seq[-1].as_py() if len(seq) else last
@@ -160,7 +223,9 @@ class WalReader:
             except WalSinkError:
                 raise
             except Exception as e:
-                raise storage_error(e, staged_file.uri, batch_id=batch.batch_id) from e
+                raise storage_error(
+                    e, staged_file.uri, sink_id=self.sink_id, batch_id=batch.batch_id
+                ) from e
 
     def head(self, batch: StagedBatch, limit: int) -> list[dict]:
         """The first ``limit`` rows of a batch in apply order, as Python values."""

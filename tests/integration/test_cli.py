@@ -25,6 +25,9 @@ WAL_SINK = str(Path(sys.executable).with_name("wal-sink"))
 SCHEMA = "k STRING, amount DECIMAL(12,2)"
 STATUS_KEYS = {
     "sink_id",
+    "pending_batches",
+    "commit_lag_seconds",
+    "outbox_rows",
     "wal_path",
     "wal_exists",
     "staged_batches",
@@ -129,19 +132,21 @@ def test_status_json_is_stable_and_exits_zero_every_time(wal_state):
     st = outputs[0]
     assert set(st) == STATUS_KEYS
     assert (st["staged_batches"], st["acked_batches"], st["unacked"]) == (3, 2, [1])
+    assert st["pending_batches"] == 1 and st["commit_lag_seconds"] >= 0
     assert (st["staged_first"], st["staged_last"], st["last_staged_txn"]) == (0, 2, 2)
     assert (st["rows_applied"], st["wal_rows"], st["lag_batches"]) == (8, 12, 0)
     assert st["lease_epoch"] == 1 and st["wal_files"] >= 3
     for other in outputs[1:]:
-        assert {k: v for k, v in other.items() if k != "lag_seconds"} == {
-            k: v for k, v in st.items() if k != "lag_seconds"
+        clocks = ("lag_seconds", "commit_lag_seconds")
+        assert {k: v for k, v in other.items() if k not in clocks} == {
+            k: v for k, v in st.items() if k not in clocks
         }
 
 
-def test_status_for_people_shows_unacked(wal_state):
+def test_status_for_people_shows_pending_batches(wal_state):
     r = cli(wal_state, "status")
     assert r.returncode == 0, r.stderr
-    assert "unacked" in r.stdout and "1: 1" in r.stdout
+    assert "1 staged, not applied: 1; the oldest waits" in r.stdout
 
 
 def test_recover_applies_unacked_then_has_nothing_to_do(wal_state, db):
@@ -214,6 +219,9 @@ def test_purge_keeps_unacked_and_vacuum_frees_crash_leftovers(wal_state, db, tmp
     r = cli(wal_state, "purge", "--before", "3", "--vacuum", "--retain", "0s")
     assert r.returncode == 0, r.stderr
     assert "removing 2 acked batch(es)" in r.stdout and "vacuum freed" in r.stdout
+    # Ack rows of purged batches go too, but the newest (2) stays (I7, recovery).
+    assert "dropped 1 ack row(s)" in r.stdout
+    assert db.rows("SELECT batch_id FROM wal_sink_ack") == [(2,)]
     assert not orphan.exists() and not any(t.exists() for t in temp_commits)
     assert not (wal / "_wal_batch_id=7").exists(), "emptied directories removed"
     from deltalake import DeltaTable
@@ -320,3 +328,52 @@ def test_inspect_quarantine_shows_records_and_reasons(spark, db, tmp_path):
     r = cli(config_path, "status", "--json")
     assert json.loads(r.stdout)["rows_quarantined"] == 2
     assert cli(config_path, "inspect").returncode == 2
+
+
+def test_replay_refuses_to_run_ahead_of_unapplied_batches(wal_state, db):
+    """I8: with batch 1 staged and not applied, replaying 2 would apply it first."""
+    before = totals(db)
+    r = cli(wal_state, "replay", "--from", "2", "--to", "2", "--force", "--yes")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "batch(es) 1 are staged and not applied yet" in r.stderr
+    assert "wal-sink recover" in r.stderr
+    assert totals(db) == before
+    assert cli(wal_state, "recover").returncode == 0
+    r = cli(wal_state, "replay", "--from", "2", "--to", "2", "--force", "--yes")
+    assert r.returncode == 0, r.stderr
+
+
+def test_inspect_needs_no_mysql_password(wal_state):
+    env = {k: v for k, v in os.environ.items() if k != "WAL_SINK_MYSQL_PASSWORD"}
+    r = subprocess.run(
+        [WAL_SINK, "-c", str(wal_state), "inspect", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert r.returncode == 0 and "batch 1: 4 rows" in r.stdout, r.stderr
+
+
+def test_storage_errors_are_retried_or_one_line(wal_state, tmp_path, db, spark):
+    r = cli(wal_state, "recover", env={"WAL_SINK_FAULT": "wal.read:1:eio-once"})
+    assert r.returncode == 0 and "batch 1: 4 rows" in r.stdout, r.stderr
+    assert "Input/output error" in r.stderr and "retry 1" in r.stderr
+    # A file of an unapplied batch lost from the WAL: one line naming it, exit 1.
+    from wal_sink.config import load_config
+    from wal_sink.wal import WalReader
+
+    for b in range(3, 5):
+        rows = [(f"k{i}", Decimal(b)) for i in range(4)]
+        writer = WalWriter(str(tmp_path / "wal"), "ops")
+        stage(spark.createDataFrame(rows, SCHEMA), writer, b)
+    reader = WalReader(load_config(wal_state).wal_path)
+    lost = reader.staged_batch(4).files[0].uri.removeprefix("file://")
+    Path(lost).unlink()
+    r = cli(wal_state, "recover")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(
+        f"error: sink 'ops', batch 4: storage error at file://{lost}"
+    )
+    assert "Traceback" not in r.stderr
+    assert (4,) not in db.rows("SELECT batch_id FROM wal_sink_ack")

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from tests.integration.lost_reply import LostCommitReply
 from wal_sink import TerminalError, TransientError
 from wal_sink.committer import Committer
 from wal_sink.db import make_engine
@@ -82,9 +84,16 @@ def test_poison_rows_are_quarantined_and_the_rest_commits(
         "nullamt": "MySQL error 1048",
         "fk": "MySQL error 1452",
     }
-    # A retried or replayed batch does not record its bad rows twice.
+    # Entries belong to the apply that set them aside: the one the ack row names.
+    ((apply_id,),) = db.rows("SELECT apply_id FROM wal_sink_ack")
+    assert {e["apply_id"] for e in entries} == {apply_id}
+    # A forced replay is a second committed apply: its entries are its own, once.
     committer.apply(0, force=True)
-    assert len(Quarantine(config.quarantine_path, "s1").read(100)) == 5
+    entries = Quarantine(config.quarantine_path, "s1").read(100)
+    ((replayed,),) = db.rows("SELECT apply_id FROM wal_sink_ack")
+    assert replayed != apply_id
+    assert Counter(e["apply_id"] for e in entries) == {apply_id: 5, replayed: 5}
+    assert db.rows("SELECT COUNT(*) FROM wal_sink_outbox") == [(0,)]
 
 
 def test_deadlock_victim_batch_is_retried_whole(spark, db, target, make_config):
@@ -176,7 +185,7 @@ def test_lost_commit_reply_reads_the_ack_instead_of_reapplying(
     instance, committer = staged(spark, config, amounts(4))
     monkeypatch.setenv("WAL_SINK_FAULT", "commit.after_commit:0:lost-once")
     result = committer.apply(0)
-    assert result.applied is False, "the retry found the ack: COMMIT had succeeded"
+    assert (result.applied, result.rows) == (True, 4), "its own commit, found again"
     assert target() == {f"k{i}": Decimal(i + 1) for i in range(4)}
     # The same for a forced replay: it adds once, not twice.
     monkeypatch.setenv("WAL_SINK_FAULT", "commit.after_commit:0:lost-once")
@@ -185,6 +194,46 @@ def test_lost_commit_reply_reads_the_ack_instead_of_reapplying(
     faults._raised.clear()
     result = committer.apply(0, force=True)
     assert target() == {f"k{i}": 2 * Decimal(i + 1) for i in range(4)}
+
+
+def test_forced_replay_whose_commit_is_slow_and_reply_lost_adds_once(
+    spark, db, mariadb, target, make_config
+):
+    """The server is still committing when the client gives up on the reply: the
+    retry must wait for that commit's outcome (locking read after the lease lock),
+    not decide from what a snapshot shows before it lands."""
+    config = make_config(table="acct", merge={"amount": "add"})
+    instance, committer = staged(spark, config, amounts(4))
+    committer.apply(0)
+    proxy = LostCommitReply(mariadb.port)
+    impatient = replace(
+        config,
+        mysql=replace(
+            config.mysql,
+            url=config.mysql.url.replace(f":{mariadb.port}/", f":{proxy.port}/"),
+            read_timeout=2.0,
+        ),
+    )
+    forced = Committer(
+        impatient,
+        make_engine(impatient.mysql),
+        WalReader(config.wal_path),
+        epoch=committer.epoch,
+    )
+    blocker = mariadb.root()
+    with blocker.cursor() as cur:  # COMMITs wait until BACKUP STAGE END
+        cur.execute("BACKUP STAGE START")
+        cur.execute("BACKUP STAGE BLOCK_COMMIT")
+    released = threading.Timer(6, lambda: blocker.cursor().execute("BACKUP STAGE END"))
+    released.start()
+    result = forced.apply(0, force=True)
+    released.join()
+    blocker.close()
+    proxy.close()
+    assert proxy.reply_lost.is_set(), "the first COMMIT landed, its reply did not"
+    assert result.applied and result.rows == 4
+    assert target() == {f"k{i}": 2 * Decimal(i + 1) for i in range(4)}
+    assert db.rows("SELECT COUNT(*) FROM wal_sink_ack") == [(1,)]
 
 
 def test_server_down_for_seconds_mid_batch(spark, db, mariadb, target, make_config):
@@ -221,7 +270,7 @@ def test_transient_errors_beyond_the_limit_fail_the_batch(
         mysql=replace(
             config.mysql,
             url=f"mysql+pymysql://sink@127.0.0.1:{mariadb.port + 1}/x",
-            retry_attempts=2,
+            outage_budget=0.5,
             retry_backoff=0.05,
         ),
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.errors import StreamingQueryException
 
+from tests.conftest import settle
 from wal_sink import CheckpointResetError, FencedError, WalSink
 from wal_sink.purge import execute_purge, plan_purge
 from wal_sink.staging import stage
@@ -69,6 +70,7 @@ def run_stream(spark, sink: WalSink, landing: Path, checkpoint: Path) -> None:
         .start()
     )
     query.awaitTermination()
+    settle(sink)
 
 
 BATCHES = [
@@ -97,10 +99,12 @@ def test_redelivered_and_recovered_batch_adds_once(spark, db, target, make_confi
     df = frame(spark, [("a", Decimal("5.00"), 1), ("b", Decimal("1.00"), 1)])
     sink.foreach_batch(df, 0)
     sink.foreach_batch(df, 0)
+    settle(sink)
     assert sink.committer.apply(0).applied is False
     restarted = WalSink(config)
     assert restarted.recover(spark) == []
     restarted.foreach_batch(df, 0)
+    settle(restarted)
     assert target() == {"a": Decimal("5.00"), "b": Decimal("1.00")}
     assert acked(db) == [0]
 
@@ -140,6 +144,7 @@ def test_redelivered_batch_applies_staged_content(spark, db, target, make_config
     restarted = WalSink(config)
     restarted.start()
     restarted.foreach_batch(frame(spark, [("z", Decimal("99.00"), 1)]), 0)
+    settle(restarted)
     assert target() == {"a": Decimal("1.00")}
     batch = restarted.wal.staged_batch(0)
     content = [
@@ -161,9 +166,9 @@ def test_purge_keeps_unacked_batches(spark, db, target, make_config):
         )
     sink.committer.apply(0)
     sink.committer.apply(2)
-    plan = plan_purge(sink.engine, sink.ack, sink.wal, "s1", before=3)
+    plan = plan_purge(sink, before=3)
     assert plan.remove == (0, 2) and plan.kept_unacked == (1,)
-    execute_purge(sink.wal, plan)
+    execute_purge(sink, plan)
     sink.wal.refresh()
     assert sorted(sink.wal.staged_batches()) == [1]
     assert [r.batch_id for r in WalSink(config).recover(spark)] == [1]
@@ -175,6 +180,7 @@ def test_zombie_cannot_stage_or_commit_after_takeover(spark, db, target, make_co
     config = make_config(merge={"amount": "add"})
     zombie = WalSink(config)
     zombie.foreach_batch(frame(spark, [("a", Decimal("1.00"), 1)]), 0)
+    settle(zombie)
     newer = WalSink(config)
     newer.start()
     assert newer.epoch == zombie.epoch + 1

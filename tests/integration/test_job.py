@@ -29,8 +29,18 @@ rng = random.Random(SEED)
 
 
 def write_config(
-    path: Path, db, tmp: Path, source: str, *, table: str, extra: str = ""
+    path: Path,
+    db,
+    tmp: Path,
+    source: str,
+    *,
+    table: str,
+    extra: str = "",
+    wal: str = "",
+    mysql: str = 'merge = { amount = "add" }',
 ) -> Path:
+    """A job config; ``extra``, ``wal`` and ``mysql`` add lines to [job], [wal] and
+    [mysql]."""
     path.write_text(f"""
 [sink]
 id = "{path.stem}"
@@ -39,12 +49,13 @@ id = "{path.stem}"
 
 [wal]
 path = "{tmp / "wal"}"
+{wal}
 
 [mysql]
 url = "{db.url}"
 table = "{table}"
 key = ["k"]
-merge = {{ amount = "add" }}
+{mysql}
 
 [job]
 checkpoint = "{tmp / "checkpoint"}"
@@ -56,7 +67,7 @@ spark_conf = {{ "spark.sql.shuffle.partitions" = 2 }}
 
 
 def fresh_table(db, name: str) -> None:
-    for t in (name, "wal_sink_ack", "wal_sink_lease"):
+    for t in (name, "wal_sink_ack", "wal_sink_lease", "wal_sink_outbox"):
         db.execute(f"DROP TABLE IF EXISTS {t}")
     db.execute(
         f"CREATE TABLE {name} (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(16,2)) "
@@ -276,7 +287,7 @@ def test_sigterm_stops_after_the_current_batch(db, tmp_path):
     log = tmp_path / "job.log"
     job = JobProcess(config, log)
     deadline = time.monotonic() + 120
-    while "batch 0:" not in log.read_text(errors="replace"):
+    while "batch 0 applied" not in log.read_text(errors="replace"):
         assert time.monotonic() < deadline and job.proc.poll() is None, job.tail()
         time.sleep(0.2)
     os.killpg(job.proc.pid, signal.SIGTERM)

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 
+from tests.conftest import settle
 from wal_sink import TerminalError, WalSink
 from wal_sink.staging import stage
 from wal_sink.wal_writer import WalWriter
@@ -37,7 +38,9 @@ def test_policies_overwrite_add_keep(spark, target, make_config):
     config = make_config(table="items", merge={"amount": "add", "first_seen": "keep"})
     sink = WalSink(config)
     sink.foreach_batch(rows(spark, ("a", Decimal(1), "x", "mon", 1)), 0)
+    settle(sink)
     sink.foreach_batch(rows(spark, ("a", Decimal(2), "y", "tue", 2)), 1)
+    settle(sink)
     assert target() == {"a": (Decimal(3), "y", "mon", 2)}
 
 
@@ -47,7 +50,9 @@ def test_replaying_older_batch_never_regresses_newer_value(
     config = make_config(table="items", merge={"amount": "add"}, version_column="seq")
     sink = WalSink(config)
     sink.foreach_batch(rows(spark, ("a", Decimal(1), "old", "", 5)), 0)
+    settle(sink)
     sink.foreach_batch(rows(spark, ("a", Decimal(1), "new", "", 9)), 1)
+    settle(sink)
     # Operator replays batch 0 (seq 5) after batch 1 (seq 9) landed.
     assert sink.committer.apply(0, force=True).applied
     label, seq = target()["a"][1], target()["a"][3]
@@ -55,6 +60,7 @@ def test_replaying_older_batch_never_regresses_newer_value(
     assert target()["a"][0] == Decimal(3), "add columns always add; the ack guards them"
     # An equal version still overwrites (>=).
     sink.foreach_batch(rows(spark, ("a", Decimal(0), "same", "", 9)), 2)
+    settle(sink)
     assert target()["a"][1] == "same"
 
 
@@ -67,6 +73,7 @@ def test_version_guard_within_one_batch_keeps_highest(spark, target, make_config
         ).coalesce(1),
         0,
     )
+    settle(sink)
     assert (target()["a"][1], target()["a"][3]) == ("v7", 7)
 
 
@@ -92,6 +99,7 @@ def test_cdc_insert_update_delete_ends_as_last_op(spark, db, target, make_config
     # Shuffled and spread over partitions: the order must come from cdc.order_by.
     df = spark.createDataFrame(list(reversed(events)), CDC_SCHEMA).repartition(3)
     sink.foreach_batch(df, 0)
+    settle(sink)
     got = {k: (v[0], v[1]) for k, v in target().items()}
     assert got == {"b": (Decimal(6), "b2"), "c": (Decimal(8), "c2")}
     assert db.rows("SELECT row_count, deleted_count FROM wal_sink_ack") == [(6, 2)]
@@ -103,6 +111,7 @@ def test_column_missing_from_target_is_one_clear_error(spark, target, make_confi
     df = spark.createDataFrame([("a", 1)], "k STRING, colour INT")
     with pytest.raises(TerminalError, match="colour.*do not exist in the target"):
         sink.foreach_batch(df, 0)
+        settle(sink)
 
 
 def test_non_innodb_target_is_refused(spark, db, make_config):
@@ -120,6 +129,7 @@ def test_timestamps_land_as_utc(spark, db, make_config):
     sink = WalSink(make_config(table="events", sink_id="ts"))
     ts = datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=timezone.utc)
     sink.foreach_batch(spark.createDataFrame([("a", ts)], "k STRING, ts TIMESTAMP"), 0)
+    settle(sink)
     assert db.rows("SELECT ts FROM events") == [
         (datetime(2026, 1, 2, 3, 4, 5, 600000),)
     ]

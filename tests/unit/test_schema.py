@@ -2,7 +2,7 @@ import re
 from pathlib import Path
 
 from sqlalchemy.dialects import mysql
-from sqlalchemy.schema import CreateTable
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from wal_sink.config import MysqlConfig
 from wal_sink.schema import sink_tables
@@ -19,8 +19,13 @@ def _normalise(sql: str) -> list[str]:
 
 def test_sql_file_matches_schema_module():
     config = MysqlConfig(url="mysql+pymysql://u@h/d", table="t", key=("k",))
+    tables = sink_tables(config)
+    dialect = mysql.dialect()
     expected = [
-        str(CreateTable(t, if_not_exists=True).compile(dialect=mysql.dialect()))
-        for t in sink_tables(config)
+        str(CreateTable(t, if_not_exists=True).compile(dialect=dialect))
+        for t in (tables.ack, tables.lease, tables.outbox)
+    ] + [
+        str(CreateIndex(i, if_not_exists=True).compile(dialect=dialect))
+        for i in tables.outbox.indexes
     ]
     assert _normalise(SQL_FILE.read_text()) == _normalise(";".join(expected))

@@ -1,0 +1,167 @@
+"""The ack table's SQL, in one place: one row per applied batch, written in that
+batch's own transaction (DESIGN.md §2), so "applied" and "acknowledged" are one fact.
+
+Readers never load every ack ever written: they ask for the id range that matters
+(the WAL's staged batches) or for aggregates. Deciding that a batch is already applied
+is done only by the unique insert or a locking read, never by a snapshot SELECT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, Table, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from wal_sink.mysql_errors import DUPLICATE_KEY, error_code
+
+
+@dataclass(frozen=True)
+class Ack:
+    batch_id: int
+    rows: int
+    deleted: int
+    quarantined: int
+    apply_id: str | None
+    committed_at: datetime
+
+
+@dataclass(frozen=True)
+class AckSummary:
+    count: int
+    first: int | None
+    last: int | None
+    rows: int
+    deleted: int
+    quarantined: int
+    last_commit_at: datetime | None
+
+
+class AckTable:
+    """The ack rows of one sink."""
+
+    def __init__(self, table: Table, sink_id: str) -> None:
+        self.table = table
+        self.sink_id = sink_id
+        self._mine = table.c.sink_id == sink_id
+
+    def _between(self, first: int, last: int):
+        return self._mine & self.table.c.batch_id.between(first, last)
+
+    def insert(
+        self, conn: Connection, batch_id: int, epoch: int, apply_id: str
+    ) -> bool:
+        """Insert the batch's ack row first; False when one exists (duplicate key).
+
+        A failed statement does not end a MySQL transaction: the caller decides."""
+        try:
+            conn.execute(
+                insert(self.table).values(
+                    sink_id=self.sink_id,
+                    batch_id=batch_id,
+                    row_count=0,
+                    deleted_count=0,
+                    quarantined=0,
+                    epoch=epoch,
+                    committed_at=func.now(6),
+                    apply_id=apply_id,
+                )
+            )
+        except IntegrityError as e:
+            if error_code(e) == DUPLICATE_KEY:
+                return False
+            raise
+        return True
+
+    def complete(
+        self, conn: Connection, batch_id: int, rows: int, deleted: int, quarantined: int
+    ) -> None:
+        conn.execute(
+            update(self.table)
+            .where(self._between(batch_id, batch_id))
+            .values(
+                row_count=rows,
+                deleted_count=deleted,
+                quarantined=quarantined,
+                committed_at=func.now(6),
+            )
+        )
+
+    def remove(self, conn: Connection, batch_id: int) -> None:
+        """Drop one ack row (a forced replay replaces it in the same transaction)."""
+        conn.execute(delete(self.table).where(self._between(batch_id, batch_id)))
+
+    def locked(self, conn: Connection, first: int, last: int) -> dict[int, Ack]:
+        """The acks of batches ``first``..``last``, read with row locks: waits for a
+        transaction still committing them, so its outcome is what is seen."""
+        c = self.table.c
+        rows = conn.execute(
+            select(
+                c.batch_id,
+                c.row_count,
+                c.deleted_count,
+                c.quarantined,
+                c.apply_id,
+                c.committed_at,
+            )
+            .where(self._between(first, last))
+            .with_for_update()
+        ).all()
+        return {r[0]: Ack(*r) for r in rows}
+
+    def acked_between(self, conn: Connection, first: int, last: int) -> set[int]:
+        """Ids of acked batches in ``first``..``last`` (a plain read: for planning
+        and reporting, never for deciding to apply)."""
+        return set(
+            conn.execute(
+                select(self.table.c.batch_id).where(self._between(first, last))
+            ).scalars()
+        )
+
+    def committed_at(
+        self, conn: Connection, first: int, last: int
+    ) -> dict[int, datetime]:
+        c = self.table.c
+        return dict(
+            conn.execute(
+                select(c.batch_id, c.committed_at).where(self._between(first, last))
+            ).all()
+        )
+
+    def newest(self, conn: Connection) -> int | None:
+        """The highest acked batch id (batches are applied in order, I8)."""
+        return conn.execute(
+            select(func.max(self.table.c.batch_id)).where(self._mine)
+        ).scalar_one()
+
+    def summary(self, conn: Connection) -> AckSummary:
+        c = self.table.c
+        row = conn.execute(
+            select(
+                func.count(),
+                func.min(c.batch_id),
+                func.max(c.batch_id),
+                func.coalesce(func.sum(c.row_count), 0),
+                func.coalesce(func.sum(c.deleted_count), 0),
+                func.coalesce(func.sum(c.quarantined), 0),
+                func.max(c.committed_at),
+            ).where(self._mine)
+        ).one()
+        count, first, last, rows, deleted, quarantined, at = row
+        return AckSummary(
+            count, first, last, int(rows), int(deleted), int(quarantined), at
+        )
+
+    def forget(self, conn: Connection, batch_ids: list[int]) -> int:
+        """Drop the acks of batches purged from the WAL, keeping the newest ack row
+        (what recovery and the checkpoint check (I7) need). Returns rows deleted."""
+        newest = self.newest(conn)
+        ids = [b for b in batch_ids if b != newest]
+        deleted = 0
+        for start in range(0, len(ids), 1000):
+            chunk = ids[start : start + 1000]
+            deleted += conn.execute(
+                delete(self.table).where(self._mine & self.table.c.batch_id.in_(chunk))
+            ).rowcount
+        return deleted

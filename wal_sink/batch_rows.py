@@ -1,0 +1,272 @@
+"""Applying one staged batch's rows inside the open batch transaction (Step 3 of
+the commit, DESIGN.md §2), in staged order and in bounded chunks.
+
+A chunk goes as multi-row INSERTs rendered in Arrow (or through LOAD DATA with
+``mysql.local_infile``); one that cannot be rendered exactly, or that MySQL rejects,
+goes value by value through the driver. Rows with a null key, NaN or infinity, or
+values MySQL rejects (isolated under savepoints by bisecting the chunk) are set aside
+for the quarantine; the rest of the batch is applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from sqlalchemy import Connection, Engine, Executable, MetaData, Table, text
+from sqlalchemy.exc import DBAPIError, NoSuchTableError
+
+from wal_sink.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
+from wal_sink.config import Config
+from wal_sink.errors import TerminalError
+from wal_sink.multi_row import MultiRowUpsert
+from wal_sink.mysql_errors import error_code, first_line, is_row_error
+from wal_sink.quarantine import Entry
+from wal_sink.upsert import build_delete, build_upsert
+from wal_sink.wal import StagedBatch, WalReader
+
+log = logging.getLogger(__name__)
+
+ChunkCallback = Callable[[int, int], None]
+"""Called after each applied chunk with (rows so far, rows in the batch)."""
+
+
+class RowApplier:
+    """Applies batches' rows to the target table of one sink."""
+
+    def __init__(self, config: Config, engine: Engine, wal: WalReader) -> None:
+        self.config = config
+        self.engine = engine
+        self.wal = wal
+        self.sink_id = config.sink.id
+        self._target: Table | None = None
+        self._bulk_load_allowed = True
+
+    def target(self) -> Table:
+        """The reflected target table; refuses tables that are not InnoDB."""
+        if self._target is None:
+            self._target = reflect_target(self.engine, self.config.mysql.table)
+        return self._target
+
+    def apply(
+        self, conn: Connection, batch: StagedBatch, on_chunk: ChunkCallback | None
+    ) -> tuple[int, int, list[Entry]]:
+        """Apply the batch in staged order; return (upserted, deleted, set aside)."""
+        target = self.target()
+        mysql, cdc = self.config.mysql, self.config.cdc
+        upsert = loader = multi = None
+        remove = build_delete(target, mysql) if cdc else None
+        rows = deleted = done = 0
+        bad: list[Entry] = []
+        for chunk in self.wal.read_batch(batch, self.config.wal.chunk_rows):
+            if upsert is None:
+                columns = [
+                    c for c in chunk.schema.names if not cdc or c != cdc.op_column
+                ]
+                upsert = build_upsert(target, columns, mysql)
+                if not cdc:
+                    multi = MultiRowUpsert.for_schema(
+                        conn, upsert, columns, chunk.schema
+                    )
+                    if mysql.local_infile and BulkLoader.supports(conn, chunk.schema):
+                        loader = BulkLoader(target, columns, mysql, self.sink_id)
+            applied = None if cdc else self._apply_rendered(conn, chunk, loader, multi)
+            if applied is not None:
+                rows += applied
+            else:
+                for is_delete, run in _runs(
+                    chunk,
+                    cdc.op_column if cdc else None,
+                    cdc.delete_values if cdc else (),
+                ):
+                    run = _drop_null_keys(run, mysql.key, bad)
+                    if is_delete:
+                        params = [{k: r[k] for k in mysql.key} for r in run]
+                        deleted += _isolating(conn, remove, params, bad)
+                    else:
+                        rows += _isolating(
+                            conn, upsert, _drop_non_finite(run, bad), bad
+                        )
+            done += chunk.num_rows
+            if on_chunk is not None:
+                on_chunk(done, batch.rows)
+        return rows, deleted, bad
+
+    def _apply_rendered(
+        self,
+        conn: Connection,
+        chunk: pa.RecordBatch,
+        loader: BulkLoader | None,
+        multi: MultiRowUpsert | None,
+    ) -> int | None:
+        """Apply a chunk rendered in Arrow (LOAD DATA if enabled, else multi-row
+        INSERTs); None means: let the driver render it value by value, which
+        quarantines null keys and isolates rows MySQL rejects."""
+        if any(chunk.column(k).null_count for k in self.config.mysql.key):
+            return None
+        if loader is not None and self._bulk_load_allowed:
+            applied = self._attempt(conn, loader.apply, chunk)
+            if applied is not None:
+                return applied
+        if multi is not None and multi.renders(chunk):
+            return self._attempt(conn, multi.apply, chunk)
+        return None
+
+    def _attempt(
+        self,
+        conn: Connection,
+        apply: Callable[[Connection, pa.RecordBatch], int],
+        chunk: pa.RecordBatch,
+    ) -> int | None:
+        """``apply`` under a savepoint; None when it refused or MySQL rejected a row."""
+        savepoint = conn.begin_nested()
+        try:
+            applied = apply(conn, chunk)
+        except BulkLoadRefused as e:
+            savepoint.rollback()
+            self._bulk_load_allowed = False
+            log.warning(
+                "sink %s: LOAD DATA LOCAL INFILE refused (%s); using multi-row "
+                "INSERTs instead. Set local_infile=1 on the server, or "
+                "mysql.local_infile = false",
+                self.sink_id,
+                first_line(e),
+            )
+            return None
+        except BulkLoadWarned:
+            savepoint.rollback()
+            return None
+        except DBAPIError as e:
+            if not is_row_error(e):
+                raise  # the transaction is retried whole
+            savepoint.rollback()
+            return None
+        savepoint.commit()
+        return applied
+
+
+def reflect_target(engine: Engine, name: str) -> Table:
+    """Reflect the target table, refusing a missing or non-transactional one."""
+    with engine.connect() as conn:
+        engine_name = conn.execute(
+            text(
+                "SELECT ENGINE FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
+            ),
+            {"t": name},
+        ).scalar_one_or_none()
+        if engine_name is None:
+            raise TerminalError(
+                "target table does not exist; create it first", table=name
+            )
+        if engine_name.upper() != "INNODB":
+            raise TerminalError(
+                f"target table uses {engine_name}; it must be InnoDB (transactional) "
+                "for batches to be applied atomically",
+                table=name,
+            )
+        try:
+            return Table(name, MetaData(), autoload_with=conn)
+        except NoSuchTableError:
+            raise TerminalError("target table does not exist", table=name) from None
+
+
+def _runs(
+    chunk: pa.RecordBatch, op_column: str | None, delete_values: tuple[str, ...]
+) -> Iterator[tuple[bool, list[dict[str, Any]]]]:
+    """Split a chunk into consecutive runs of upserts and deletes, order kept."""
+    rows = _python_rows(chunk)
+    if op_column is None:
+        yield False, rows
+        return
+    run: list[dict[str, Any]] = []
+    run_is_delete = False
+    for row in rows:
+        is_delete = row.pop(op_column) in delete_values
+        if run and is_delete != run_is_delete:
+            yield run_is_delete, run
+            run = []
+        run_is_delete = is_delete
+        run.append(row)
+    if run:
+        yield run_is_delete, run
+
+
+def _python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:
+    """Rows as dicts for the driver; zoned timestamps become naive UTC (session TZ)."""
+    columns = []
+    for field_, column in zip(chunk.schema, chunk.columns):
+        if pa.types.is_timestamp(field_.type) and field_.type.tz is not None:
+            column = column.cast(pa.timestamp(field_.type.unit))
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, names=chunk.schema.names).to_pylist()
+
+
+def _drop_null_keys(
+    run: list[dict[str, Any]], key: tuple[str, ...], bad: list[Entry]
+) -> list[dict[str, Any]]:
+    kept = []
+    for row in run:
+        missing = [k for k in key if row.get(k) is None]
+        if missing:
+            bad.append(Entry(row, f"null key column(s): {', '.join(missing)}"))
+        else:
+            kept.append(row)
+    return kept
+
+
+def _drop_non_finite(
+    run: list[dict[str, Any]], bad: list[Entry]
+) -> list[dict[str, Any]]:
+    """Rows to upsert holding a NaN or infinite float: no MySQL column can store one
+    (the driver refuses them before the server sees them)."""
+    kept = []
+    for row in run:
+        not_finite = [
+            c for c, v in row.items() if isinstance(v, float) and not math.isfinite(v)
+        ]
+        if not_finite:
+            bad.append(
+                Entry(
+                    row,
+                    f"NaN or infinity in column(s): {', '.join(not_finite)}; "
+                    "MySQL cannot store it",
+                )
+            )
+        else:
+            kept.append(row)
+    return kept
+
+
+def _isolating(
+    conn: Connection, stmt: Executable, rows: list[dict[str, Any]], bad: list[Entry]
+) -> int:
+    """Execute ``stmt`` for ``rows`` under a savepoint; when MySQL rejects a row's
+    values, bisect to find the rejected rows, set them aside, apply the rest in
+    order. Returns how many rows were applied."""
+    if not rows:
+        return 0
+    savepoint = conn.begin_nested()
+    try:
+        conn.execute(stmt, rows)
+    except DBAPIError as e:
+        # Anything but a row error (a deadlock, a lost link) may have ended the
+        # whole transaction, savepoint included: leave it to the transaction.
+        if not is_row_error(e):
+            raise
+        savepoint.rollback()
+        if len(rows) == 1:
+            bad.append(
+                Entry(rows[0], f"MySQL error {error_code(e)}: {first_line(e.orig)}")
+            )
+            return 0
+    else:
+        savepoint.commit()
+        return len(rows)
+    middle = len(rows) // 2
+    return _isolating(conn, stmt, rows[:middle], bad) + _isolating(
+        conn, stmt, rows[middle:], bad
+    )

@@ -1,0 +1,90 @@
+"""Retrying what time may cure — MySQL down or failing over, a deadlock, a busy
+object store — for an outage budget (DESIGN.md §2, §3).
+
+The whole unit of work is retried (a batch transaction, the start-up), never single
+statements, with capped exponential backoff and jitter, until ``mysql.outage_budget``
+seconds have passed since the first failure. A stop request ends the waiting early.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from wal_sink.config import MysqlConfig
+from wal_sink.errors import TerminalError, TransientError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class RetryStopped(TerminalError):
+    """A stop was requested while waiting to retry; the work stays undone."""
+
+
+class OutageBudget:
+    """Backoff for one unit of work; ``wait`` raises once the budget is spent."""
+
+    def __init__(
+        self,
+        mysql: MysqlConfig,
+        what: str,
+        stop: threading.Event | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.mysql = mysql
+        self.what = what
+        self.stop = stop or threading.Event()
+        self.clock = clock
+        self.first_failure: float | None = None
+        self.attempts = 0
+
+    def wait(self, error: TransientError) -> None:
+        """Sleep before the next attempt, or raise ``error`` when the budget is
+        spent (or ``RetryStopped`` when a stop is requested meanwhile)."""
+        now = self.clock()
+        if self.first_failure is None:
+            self.first_failure = now
+        spent = now - self.first_failure
+        if spent >= self.mysql.outage_budget:
+            log.error(
+                "%s: still failing after %.0fs (mysql.outage_budget); giving up",
+                self.what,
+                spent,
+            )
+            raise error
+        self.attempts += 1
+        backoff = self.mysql.retry_backoff * 2 ** min(self.attempts - 1, 30)
+        delay = min(self.mysql.retry_backoff_max, backoff) * random.uniform(0.5, 1.0)
+        delay = min(delay, self.mysql.outage_budget - spent)
+        log.warning(
+            "%s; retry %d of %s in %.1fs (%.0fs of the %.0fs outage budget spent)",
+            error,
+            self.attempts,
+            self.what,
+            delay,
+            spent,
+            self.mysql.outage_budget,
+        )
+        if self.stop.wait(delay):
+            raise RetryStopped(f"stopped while retrying {self.what}: {error}")
+
+
+def within_budget(
+    work: Callable[[], T],
+    mysql: MysqlConfig,
+    what: str,
+    stop: threading.Event | None = None,
+) -> T:
+    """Run ``work`` until it succeeds, retrying ``TransientError`` in the budget."""
+    budget = OutageBudget(mysql, what, stop)
+    while True:
+        try:
+            return work()
+        except TransientError as e:
+            budget.wait(e)
