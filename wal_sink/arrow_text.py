@@ -104,9 +104,42 @@ def sql_rows(
 def _as_text(column: pa.Array) -> pa.Array:
     if pa.types.is_boolean(column.type):
         column = column.cast(pa.int8())
+    if pa.types.is_floating(column.type) and column.type != pa.float64():
+        # A FLOAT's shortest text ("0.1", "3.4028235e+38") is another number as a
+        # DOUBLE, or out of a FLOAT column's range; the double's text is exact.
+        column = column.cast(pa.float64())
     if pa.types.is_timestamp(column.type) and column.type.tz is not None:
         column = column.cast(pa.timestamp(column.type.unit))  # naive UTC (session TZ)
+    if pa.types.is_decimal(column.type):
+        return _plain_decimal(column)
     return column.cast(pa.string())
+
+
+# Arrow writes decimals below 1e-6 in scientific notation ("1.5E-7", "0E-18"), which
+# MySQL reads as an approximate DOUBLE literal: rewritten as plain digits.
+SCIENTIFIC = r"^(?P<sign>-?)(?P<digit>\d)(?:\.(?P<digits>\d*))?E-(?P<exponent>\d+)$"
+
+
+def _plain_decimal(column: pa.Array) -> pa.Array:
+    """Decimal text as PyMySQL writes it (``format(d, "f")``): every digit of the
+    scale, never an exponent."""
+    text = column.cast(pa.string())
+    scientific = pc.fill_null(pc.match_substring(text, "E"), False)
+    if not pc.any(scientific).as_py():
+        return text
+    parts = pc.extract_regex(pc.if_else(scientific, text, None), SCIENTIFIC)
+    # the exponent form holds every digit of the unscaled value: left-padded to the
+    # scale they are the fraction
+    digits = pc.binary_join_element_wise(
+        parts.field("digit"), parts.field("digits"), ""
+    )
+    plain = pc.binary_join_element_wise(
+        parts.field("sign"),
+        "0.",
+        pc.utf8_lpad(digits, width=column.type.scale, padding="0"),
+        "",
+    )
+    return pc.if_else(scientific, plain, text)
 
 
 def _escaped(column: pa.Array, escapes: tuple[tuple[str, str], ...]) -> pa.Array:

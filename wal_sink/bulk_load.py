@@ -77,7 +77,11 @@ class BulkLoader:
         quote = conn.dialect.identifier_preparer.quote
         staging = quote(self.staging_name)
         names = ", ".join(quote(c) for c in self.columns)
-        text_columns = ", ".join(f"{quote(c)} LONGTEXT" for c in self.columns)
+        # utf8mb4 as the file is, whatever the database's default character set:
+        # in latin1 a 4-byte character would only warn and send the chunk elsewhere.
+        text_columns = ", ".join(
+            f"{quote(c)} LONGTEXT CHARACTER SET utf8mb4" for c in self.columns
+        )
         # Dropped and created per chunk: no DELETE of the last chunk's rows, server
         # temp space bounded by a chunk. Neither statement ends the transaction when
         # the table is TEMPORARY. The key on the row number spares a sort.

@@ -32,9 +32,14 @@ from wal_sink.storage_errors import storage_error
 from wal_sink.wal import BATCH_COLUMN, SEQ_COLUMN, StagedBatch, StagedFile
 from wal_sink.wal_writer import WalWriter, WrittenFile
 
-# Spark writes TIMESTAMP columns as INT96 unless told otherwise; INT96 is deprecated,
-# has no statistics and is read as nanoseconds. Set for the write only.
-WRITE_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+# Set for the write only. Spark writes TIMESTAMP columns as INT96 unless told
+# otherwise; INT96 is deprecated, has no statistics and is read as nanoseconds. A
+# session in LEGACY rebase mode writes dates and timestamps before 1582 in the Julian
+# calendar, which only Spark knows to undo: delta-rs and pyarrow would read other days.
+WRITE_CONF = {
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+}
 FOOTER_READERS = 8
 
 

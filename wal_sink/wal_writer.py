@@ -20,7 +20,13 @@ import logging
 from dataclasses import dataclass
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake import (
+    CommitProperties,
+    DeltaTable,
+    Schema,
+    TableFeatures,
+    Transaction,
+)
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
@@ -143,6 +149,14 @@ class WalWriter:
                         commit_properties=properties,
                     )
                 else:
+                    if _lacks_timestamp_ntz(table, merged):
+                        # A commit of its own, before the batch's: delta-rs refuses
+                        # a TIMESTAMP_NTZ column in a table without the feature.
+                        table.alter.add_feature(
+                            TableFeatures.TimestampWithoutTimezone,
+                            allow_protocol_versions_increase=True,
+                        )
+                        continue
                     # An append ignores a new schema; an overwrite of this batch's
                     # own partition (empty: the batch is not staged) carries it.
                     table.create_write_transaction(
@@ -236,6 +250,13 @@ def evolved_schema(
     if not added:
         return None
     return Schema([*current.fields, *added])
+
+
+def _lacks_timestamp_ntz(table: DeltaTable, schema: Schema) -> bool:
+    """True when ``schema`` has a TIMESTAMP_NTZ column (at any depth) but the table's
+    protocol does not have the ``timestampNtz`` feature yet."""
+    features = table.protocol().reader_features or []
+    return '"timestamp_ntz"' in schema.to_json() and "timestampNtz" not in features
 
 
 def _type(field_) -> str:

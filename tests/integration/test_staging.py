@@ -1,13 +1,21 @@
 """Staging (Step 1) writes the WAL as the reader and purge expect it; the reader
-refuses a WAL whose rows are not in staged order."""
+refuses a WAL whose rows are not in staged order; the WAL's schema may gain nullable
+columns between batches, and refuses anything else with one line naming the
+column."""
 
 from __future__ import annotations
+
+import json
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from wal_sink.errors import TerminalError
+from wal_sink.sink import WalSink
 from wal_sink.staging import stage
 from wal_sink.wal import WalReader
 from wal_sink.wal_writer import WalWriter
@@ -83,4 +91,144 @@ def test_rows_out_of_staged_order_are_refused_not_applied(tmp_path, seqs):
     assert [c.to_pydict() for c in ok.read_batch(ok.staged_batch(0), chunk_rows=2)] == [
         {"k": ["a", "b"]},
         {"k": ["c"]},
+    ]
+
+
+def commits(wal: Path) -> list[list[dict]]:
+    """The WAL's Delta log: the actions of each commit, in version order."""
+    return [
+        [json.loads(line) for line in path.read_text().splitlines()]
+        for path in sorted((wal / "_delta_log").glob("*.json"))
+    ]
+
+
+@pytest.fixture
+def evolving_sink(db, make_config, tmp_path):
+    for t in ("evolve", "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        "CREATE TABLE evolve (k VARCHAR(8) PRIMARY KEY, amount DECIMAL(14,2), "
+        "note VARCHAR(20), at DATETIME(6)) ENGINE=InnoDB"
+    )
+    config = make_config(table="evolve", sink_id="evolve", merge={"amount": "add"})
+    sink = WalSink(config)
+    yield sink
+    sink.close()
+
+
+def test_batch_adding_nullable_columns_evolves_the_wal_in_its_own_commit(
+    spark, db, evolving_sink, tmp_path
+):
+    sink, wal = evolving_sink, tmp_path / "wal"
+    at = datetime(2026, 5, 1, 12, 0, 0, 1)
+    batches = [
+        spark.createDataFrame([("a", Decimal(1))], "k STRING, amount DECIMAL(12,2)"),
+        spark.createDataFrame(  # adds a string and a TIMESTAMP_NTZ column
+            [("a", Decimal(2), "two", at), ("b", Decimal(5), None, None)],
+            "k STRING, amount DECIMAL(12,2), note STRING, at TIMESTAMP_NTZ",
+        ),
+        spark.createDataFrame(  # the same columns in another order
+            [(None, Decimal(3), "three", "a")],
+            "at TIMESTAMP_NTZ, amount DECIMAL(12,2), note STRING, k STRING",
+        ),
+    ]
+    for batch_id, df in enumerate(batches):
+        sink.foreach_batch(df.repartition(2), batch_id)
+        assert sink.last_report.result.rows == df.count()
+
+    # The commit that stages batch 1 also carries the schema with its columns.
+    (staging_1,) = [
+        c for c in commits(wal) if {"txn": {"appId": "evolve", "version": 1}} in c
+    ]
+    (metadata,) = [a["metaData"] for a in staging_1 if "metaData" in a]
+    assert [f["name"] for f in json.loads(metadata["schemaString"])["fields"]] == [
+        "_wal_seq",
+        "k",
+        "amount",
+        "_wal_batch_id",
+        "note",
+        "at",
+    ]
+    assert {
+        a["add"]["partitionValues"]["_wal_batch_id"] for a in staging_1 if "add" in a
+    } == {"1"}
+    table = DeltaTable(str(wal))
+    assert table.metadata().configuration["delta.enableDeletionVectors"] == "false"
+    assert table.transaction_version("evolve") == 2
+
+    # Earlier batches read back without the new columns, later ones with them.
+    reader = WalReader(str(wal))
+    read = {
+        b: [
+            r
+            for c in reader.read_batch(reader.staged_batch(b), 10)
+            for r in c.to_pylist()
+        ]
+        for b in range(3)
+    }
+    assert read[0] == [{"k": "a", "amount": Decimal("1.00")}]
+    assert sorted(read[1], key=lambda r: r["k"]) == [
+        {"k": "a", "amount": Decimal("2.00"), "note": "two", "at": at},
+        {"k": "b", "amount": Decimal("5.00"), "note": None, "at": None},
+    ]
+    assert read[2] == [
+        {"at": None, "amount": Decimal("3.00"), "note": "three", "k": "a"}
+    ]
+    assert db.rows("SELECT k, amount, note, at FROM evolve ORDER BY k") == [
+        ("a", Decimal("6.00"), "three", None),
+        ("b", Decimal("5.00"), None, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "schema, row, says",
+    [
+        ("k STRING", ("b",), "column 'amount' is missing from this batch"),
+        (
+            "k STRING, amount DECIMAL(14,2)",
+            ("b", Decimal(1)),
+            "column 'amount' changes type from decimal(12,2) to decimal(14,2)",
+        ),
+        (
+            "k STRING, amount DECIMAL(12,2), at TIMESTAMP",
+            ("b", Decimal(1), datetime(2026, 1, 1)),
+            "column 'at' changes type from timestamp_ntz to timestamp",
+        ),
+    ],
+    ids=["missing", "decimal widened", "timestamp zoned"],
+)
+def test_batch_missing_a_column_or_changing_its_type_is_refused_in_one_line(
+    spark, db, evolving_sink, tmp_path, schema, row, says
+):
+    sink, wal = evolving_sink, tmp_path / "wal"
+    sink.foreach_batch(
+        spark.createDataFrame(
+            [("a", Decimal(1), datetime(2026, 1, 1))],
+            "k STRING, amount DECIMAL(12,2), at TIMESTAMP_NTZ",
+        ),
+        0,
+    )
+    log_before = commits(wal)
+    with pytest.raises(TerminalError) as refused:
+        sink.foreach_batch(spark.createDataFrame([row], schema), 1)
+    message = str(refused.value)
+    assert says in message and "\n" not in message
+    assert message.startswith("sink 'evolve', batch 1: stream column")
+    # Nothing committed: no Delta commit, no ack, MySQL as it was.
+    assert commits(wal) == log_before
+    assert DeltaTable(str(wal)).transaction_version("evolve") == 0
+    assert db.rows("SELECT batch_id FROM wal_sink_ack") == [(0,)]
+    assert db.rows("SELECT k, amount FROM evolve") == [("a", Decimal("1.00"))]
+    # The refused attempt's files are not part of batch 1 once it is staged right.
+    sink.foreach_batch(
+        spark.createDataFrame(
+            [("c", Decimal(7), None)],
+            "k STRING, amount DECIMAL(12,2), at TIMESTAMP_NTZ",
+        ),
+        1,
+    )
+    assert sink.last_report.result.rows == 1
+    assert db.rows("SELECT k, amount FROM evolve ORDER BY k") == [
+        ("a", Decimal("1.00")),
+        ("c", Decimal("7.00")),
     ]

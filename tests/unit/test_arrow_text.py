@@ -82,3 +82,33 @@ def test_nan_and_infinity_are_not_rendered_and_binary_has_no_text_form():
     assert not finite(batch(f=[float("inf")]), ["f"])
     assert renderable(batch(s=["a"], i=[1]).schema)
     assert not renderable(batch(b=[b"\x00"]).schema)
+
+
+def test_small_decimals_are_plain_digits_as_the_driver_writes_them():
+    # Arrow's own text is "0E-18", "1.5E-7": MySQL reads those as DOUBLEs.
+    values = [
+        Decimal("0E-18"),
+        Decimal("0.000000000000000001"),
+        Decimal("-0.000000150000000000"),
+        Decimal("-0.000000999999999999"),
+        Decimal("12.500000000000000000"),
+        None,
+    ]
+    b = batch(d=pa.array(values, pa.decimal128(38, 18)))
+    plain = [None if d is None else format(d, "f") for d in values]
+    assert sql_rows(b, ["d"], 10_000) == [
+        ",".join(f"({'NULL' if p is None else p})" for p in plain)
+    ]
+    null = "\\N"
+    assert tsv(b, ["d"]).to_pybytes().decode().split("\n")[:-1] == [
+        f"{null if p is None else p}\t{i}" for i, p in enumerate(plain)
+    ]
+
+
+def test_floats_are_rendered_as_the_double_they_are():
+    # A FLOAT's shortest text is another DOUBLE (0.1) or beyond a FLOAT column's
+    # range (3.4028235e+38).
+    b = batch(f=pa.array([0.1, 3.4028234663852886e38, None], pa.float32()))
+    assert sql_rows(b, ["f"], 10_000) == [
+        "(0.10000000149011612),(3.4028234663852886e+38),(NULL)"
+    ]
