@@ -122,14 +122,15 @@ def test_delta_spark_reads_exactly_what_was_staged_and_quarantined(spark, tmp_pa
     staged = {b: df.count() for b, df in batches.items() if b != 1}
     when = datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
     Quarantine(quarantine, "interop").record(
+        "interop:outbox",
         2,
         [
             Entry({"k": 1, "amount": Decimal("0.000000000000000001")}, "MySQL 1264"),
             Entry({"k": None, "at": when, "b": b"\x00'"}, "null key column(s): k"),
         ],
     )
-    Quarantine(quarantine, "interop", stream="parse").record(
-        0, [Entry({"_raw": '{"k": 1,'}, "unparseable record")]
+    Quarantine(quarantine, "interop").record(
+        "interop:parse", 0, [Entry({"_raw": '{"k": 1,'}, "unparseable record")]
     )
 
     got = read_with_delta_spark(tmp_path / "read.json", wal, quarantine)

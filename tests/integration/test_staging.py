@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from tests.conftest import settle
 from wal_sink.errors import TerminalError
 from wal_sink.sink import WalSink
 from wal_sink.staging import stage
@@ -134,7 +135,7 @@ def test_batch_adding_nullable_columns_evolves_the_wal_in_its_own_commit(
     ]
     for batch_id, df in enumerate(batches):
         sink.foreach_batch(df.repartition(2), batch_id)
-        assert sink.last_report.result.rows == df.count()
+        assert sink.last_stage.rows == df.count()
 
     # The commit that stages batch 1 also carries the schema with its columns.
     (staging_1,) = [
@@ -174,6 +175,7 @@ def test_batch_adding_nullable_columns_evolves_the_wal_in_its_own_commit(
     assert read[2] == [
         {"at": None, "amount": Decimal("3.00"), "note": "three", "k": "a"}
     ]
+    settle(sink)
     assert db.rows("SELECT k, amount, note, at FROM evolve ORDER BY k") == [
         ("a", Decimal("6.00"), "three", None),
         ("b", Decimal("5.00"), None, None),
@@ -208,6 +210,7 @@ def test_batch_missing_a_column_or_changing_its_type_is_refused_in_one_line(
         ),
         0,
     )
+    settle(sink)
     log_before = commits(wal)
     with pytest.raises(TerminalError) as refused:
         sink.foreach_batch(spark.createDataFrame([row], schema), 1)
@@ -227,7 +230,8 @@ def test_batch_missing_a_column_or_changing_its_type_is_refused_in_one_line(
         ),
         1,
     )
-    assert sink.last_report.result.rows == 1
+    settle(sink)
+    assert sink.last_stage.rows == 1
     assert db.rows("SELECT k, amount FROM evolve ORDER BY k") == [
         ("a", Decimal("1.00")),
         ("c", Decimal("7.00")),
