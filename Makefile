@@ -32,7 +32,8 @@ $(DELTA_VENV)/.installed: devtools/delta-reader-requirements.txt
 
 # Jars go to .jars/; spark-defaults.conf of the virtualenv's pyspark then puts them
 # on the driver's classpath at launch, for `python` and `spark-submit` alike. The
-# Kafka connector is taken at pyspark's own version when Maven Central has it.
+# Kafka connector is taken at pyspark's own version when Maven Central has it, and
+# hadoop-aws (S3A) at the Hadoop version pyspark bundles.
 jars: $(VENV)/.jars-configured
 $(VENV)/.jars-configured: pom.xml $(VENV)/.installed
 	@rm -rf .jars
@@ -40,8 +41,10 @@ $(VENV)/.jars-configured: pom.xml $(VENV)/.installed
 	  $(MVN) -Pspark -Dspark.version=$$v dependency:copy-dependencies \
 	  || { echo "Kafka connector $$v is not on Maven Central; using the pom default"; \
 	       $(MVN) -Pspark dependency:copy-dependencies; } && \
+	  $(MVN) -Ps3a -Dhadoop.version=$$($(PY) -m wal_sink.spark_defaults --hadoop-version) dependency:copy-dependencies && \
 	  $(MVN) -Pdelta dependency:copy-dependencies && \
 	  $(MVN) -Pbroker dependency:copy-dependencies && \
+	  $(MVN) -Ps3proxy dependency:copy-dependencies && \
 	  $(PY) -m wal_sink.spark_defaults .jars/spark'
 	@touch $@
 
@@ -68,6 +71,7 @@ bench: setup
 	$(PY) -m bench.commit_ratio
 	$(PY) -m bench.end_to_end_ratio
 	$(PY) -m bench.staging_ratio
+	$(PY) -m bench.staging_ratio_s3
 	$(PY) -m bench.driver_memory
 	$(PY) -m bench.status_latency
 

@@ -326,6 +326,7 @@ def purge(
 
     Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
     """
+    from wal_sink.conditional_put import check_conditional_put
     from wal_sink.purge import plan_purge
 
     if (before is None) == (older_than is None):
@@ -338,6 +339,8 @@ def purge(
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     with _instance(ctx) as sink:
+        if not dry_run:  # purge commits to the WAL beside a running job
+            check_conditional_put(sink.config.storage, [sink.wal.path])
         plan = plan_purge(sink, before=before, older_than=age)
         verb = "would remove" if dry_run else "removing"
         out.print(

@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError
-from wal_sink.storage import Storage
+from wal_sink.storage import Storage, is_s3
 
 SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -177,6 +177,8 @@ class Config:
     transform: TransformConfig | None = None
     cdc: CdcConfig | None = None
     job: JobConfig | None = None
+    storage: Storage = field(default_factory=Storage)
+    """How the job, the CLI and Spark reach S3 WAL and quarantine locations."""
     base_dir: Path = Path(".")
     """Directory relative paths in the file are resolved against (the file's own)."""
 
@@ -185,11 +187,6 @@ class Config:
         if "://" in path or os.path.isabs(path):
             return path
         return str((self.base_dir / path).resolve())
-
-    @property
-    def storage(self) -> Storage:
-        """How the job, the CLI and Spark reach the WAL and quarantine locations."""
-        return Storage()
 
     @property
     def wal_path(self) -> str:
@@ -222,7 +219,11 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
 def config_from_dict(raw: dict[str, Any], base_dir: Path = Path(".")) -> Config:
     """Build a Config from parsed TOML; every error names its key."""
-    _only(raw, "", {"sink", "source", "transform", "wal", "mysql", "cdc", "job"})
+    _only(
+        raw,
+        "",
+        {"sink", "source", "transform", "wal", "mysql", "cdc", "job", "storage"},
+    )
     sink = _sink(_table(raw, "sink", required=True))
     mysql = _mysql(_table(raw, "mysql", required=True))
     wal = _wal(_table(raw, "wal", required=True))
@@ -235,6 +236,7 @@ def config_from_dict(raw: dict[str, Any], base_dir: Path = Path(".")) -> Config:
         transform=_transform(raw["transform"]) if "transform" in raw else None,
         cdc=cdc,
         job=_job(raw["job"]) if "job" in raw else None,
+        storage=_storage(raw["storage"]) if "storage" in raw else Storage(),
         base_dir=base_dir,
     )
     _cross_checks(config)
@@ -509,6 +511,32 @@ def _restart(t: Any) -> RestartConfig:
     )
 
 
+def _storage(t: Any) -> Storage:
+    t = _as_table(t, "storage")
+    for name in t:
+        if re.search(r"key|secret|token|password|credential", name, re.IGNORECASE):
+            raise ConfigError(
+                f"storage.{name}: credentials never go in the config file; export "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use an AWS role"
+            )
+    _only(t, "storage", {"endpoint", "region", "path_style"})
+    endpoint = _str(t, "storage", "endpoint")
+    if endpoint is not None and not endpoint.lower().startswith(
+        ("http://", "https://")
+    ):
+        raise ConfigError(
+            f"storage.endpoint {endpoint!r} must be an http:// or https:// URL"
+        )
+    path_style = t.get("path_style", False)
+    if not isinstance(path_style, bool):
+        raise ConfigError("storage.path_style must be true or false")
+    return Storage(
+        endpoint=endpoint.rstrip("/") if endpoint else None,
+        region=_str(t, "storage", "region"),
+        path_style=path_style,
+    )
+
+
 def _cross_checks(config: Config) -> None:
     m = config.mysql
     named = [*m.key, *m.merge, m.version_column or ""]
@@ -521,6 +549,15 @@ def _cross_checks(config: Config) -> None:
             )
     if config.cdc and config.cdc.op_column in m.key:
         raise ConfigError("cdc.op_column cannot be a key column")
+    for key, location in (
+        ("wal.path", config.wal_path),
+        ("wal.quarantine_path", config.quarantine_path),
+    ):
+        if is_s3(location) and not config.storage.region:
+            raise ConfigError(
+                f"{key} is on S3: set storage.region (Spark's S3A needs it on every "
+                "executor)"
+            )
 
 
 # --- small validators -----------------------------------------------------------

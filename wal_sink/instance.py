@@ -15,6 +15,7 @@ from wal_sink import lease
 from wal_sink.acks import AckTable
 from wal_sink.batch_rows import reflect_target
 from wal_sink.committer import CommitResult, Committer
+from wal_sink.conditional_put import check_conditional_put
 from wal_sink.config import Config
 from wal_sink.db import make_engine
 from wal_sink.mysql_errors import mysql_error
@@ -73,6 +74,9 @@ class SinkInstance:
         (once per instance). While MySQL is unreachable this waits, within the
         outage budget, instead of failing at once."""
         if self.committer is None:
+            check_conditional_put(
+                self.config.storage, (self.config.wal_path, self.config.quarantine_path)
+            )
             self.committer = within_budget(
                 self._take_lease, self.config.mysql, "the start-up", self.stop
             )

@@ -6,7 +6,10 @@ a source such as Kafka on some paths, so ``make jars`` writes them into
 ``python app.py`` and ``spark-submit app.py`` from the virtualenv then find them.
 The job needs no Delta jar: delta-rs commits the WAL.
 
-Usage: python -m wal_sink.spark_defaults JAR_DIR
+``--hadoop-version`` prints the Hadoop version pyspark bundles, at which ``make
+jars`` fetches hadoop-aws (S3A).
+
+Usage: python -m wal_sink.spark_defaults JAR_DIR | --hadoop-version
 """
 
 from __future__ import annotations
@@ -32,7 +35,19 @@ def write_defaults(jar_dir: Path) -> Path:
     return target
 
 
+def bundled_hadoop_version() -> str:
+    """The Hadoop version of pyspark's own jars (hadoop-client-api-X.jar)."""
+    jars = Path(pyspark.__file__).parent / "jars"
+    found = sorted(jars.glob("hadoop-client-api-*.jar"))
+    if not found:
+        raise SystemExit(f"no hadoop-client-api jar in {jars}")
+    return found[-1].stem.rsplit("-", 1)[1]
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         raise SystemExit(__doc__.strip().splitlines()[-1])
-    print(f"wrote {write_defaults(Path(sys.argv[1]))}")
+    if sys.argv[1] == "--hadoop-version":
+        print(bundled_hadoop_version())
+    else:
+        print(f"wrote {write_defaults(Path(sys.argv[1]))}")

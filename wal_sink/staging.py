@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from wal_sink import faults
 from wal_sink.config import RESERVED_PREFIX
 from wal_sink.errors import TerminalError
-from wal_sink.storage import join
+from wal_sink.storage import join, spark_uri
 from wal_sink.storage_errors import storage_error
 from wal_sink.wal import BATCH_COLUMN, SEQ_COLUMN, StagedBatch, StagedFile
 from wal_sink.wal_writer import WalWriter, WrittenFile
@@ -73,8 +73,11 @@ def stage(
     )
     attempt = f"{BATCH_COLUMN}={batch_id}/{uuid.uuid4().hex}"
     faults.watch_stage(join(writer.location, f"{BATCH_COLUMN}={batch_id}"), batch_id)
+    writer.storage.configure_spark(df.sparkSession)
     with session_conf(df.sparkSession, WRITE_CONF):
-        frame.write.mode("errorifexists").parquet(join(writer.location, attempt))
+        frame.write.mode("errorifexists").parquet(
+            spark_uri(join(writer.location, attempt))
+        )
     files, schema = attempt_files(writer, attempt, batch_id)
     faults.hit("stage.before_commit", batch_id)
     if not writer.commit(batch_id, files, schema):

@@ -1,0 +1,416 @@
+"""The WAL on S3: a real S3-compatible server (s3proxy, on loopback, enforcing
+``If-None-Match``), Spark writing through Hadoop's S3A, delta-rs committing, real
+MariaDB and spark-submit. The secret key is made up per server and must never show
+in a job log, CLI output or error message."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+from deltalake import DeltaTable
+
+from devtools.s3proxy import REGION, NoConditionalPut, S3Proxy
+from devtools.spark_cluster import standalone_cluster
+from devtools.spark_job import JobProcess, job_env
+from tests.integration.test_cli import cli, totals
+from tests.integration.test_crash import BATCHES, run_writer
+from tests.integration.test_invariants import write_landing
+from tests.integration.test_job import fresh_table, rng, survive_kills_then_drain
+from tests.integration.test_job import totals as job_totals
+from wal_sink.config import load_config
+from wal_sink.storage import Storage
+from wal_sink.wal import WalReader
+
+pytestmark = pytest.mark.s3
+SCHEMA = "k STRING, amount DECIMAL(12,2)"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """The server, its credentials in this process's environment (and so in every
+    job and CLI process the tests start) for the module's duration."""
+    server = S3Proxy(tmp_path_factory.mktemp("s3proxy"))
+    server.start()
+    saved = {k: os.environ.get(k) for k in server.credentials()}
+    os.environ.update(server.credentials())
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3) -> str:
+    return s3.create_bucket(f"wal-{uuid.uuid4().hex[:12]}")
+
+
+def storage(s3) -> Storage:
+    """What the configs' [storage] section says, for checks made from the test."""
+    return Storage(endpoint=s3.endpoint, region=REGION, path_style=True)
+
+
+def s3_config(
+    path: Path, db, tmp: Path, s3, wal: str, *, table: str, source: str = ""
+) -> Path:
+    """A sink config whose WAL (and so its quarantine) is ``wal`` on the server."""
+    path.write_text(f"""
+[sink]
+id = "{path.stem}"
+
+{source}
+
+[wal]
+path = "{wal}"
+
+{s3.storage_toml()}
+
+[mysql]
+url = "{db.url}"
+table = "{table}"
+key = ["k"]
+merge = {{ amount = "add" }}
+
+[job]
+checkpoint = "{tmp / "checkpoint"}"
+trigger = "1 second"
+spark_conf = {{ "spark.sql.shuffle.partitions" = 2 }}
+""")
+    return path
+
+
+def landing_source(landing: Path, files_per_trigger: int = 2) -> str:
+    return f"""
+[source]
+format = "json"
+path = "{landing}"
+schema = "{SCHEMA}"
+options = {{ maxFilesPerTrigger = {files_per_trigger} }}"""
+
+
+def arrive(landing: Path, expected: dict[str, Decimal], files: int, pause: float):
+    """Write ``files`` JSON files into ``landing``, each appearing whole."""
+    for i in range(files):
+        rows = [
+            (f"k{rng.randrange(8)}", Decimal(rng.randrange(1, 10_000)) / 100)
+            for _ in range(rng.randrange(1, 30))
+        ]
+        tmp = landing / f".f{i:03d}.tmp"
+        tmp.write_text(
+            "".join(json.dumps({"k": k, "amount": str(a)}) + "\n" for k, a in rows)
+        )
+        tmp.rename(landing / f"f{i:03d}.json")
+        for k, a in rows:
+            expected[k] = expected.get(k, Decimal(0)) + a
+        time.sleep(pause)
+
+
+def acked_ids(db) -> list[int]:
+    return [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
+
+
+def assert_no_secret(s3, *texts: str) -> None:
+    for text in texts:
+        assert s3.secret_key not in text, "the S3 secret key leaked"
+
+
+def test_job_killed_while_staging_to_s3_lands_exactly_once(db, s3, bucket, tmp_path):
+    fresh_table(db, "s3_totals")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    wal = f"{bucket}/pipelines/wal"
+    config = s3_config(
+        tmp_path / "s3kill.toml",
+        db,
+        tmp_path,
+        s3,
+        wal,
+        table="s3_totals",
+        source=landing_source(landing),
+    )
+    expected: dict[str, Decimal] = {}
+    log = tmp_path / "job.log"
+    survive_kills_then_drain(config, log, lambda: arrive(landing, expected, 50, 0.5))
+    assert job_totals(db, "s3_totals") == expected
+    staged = WalReader(wal, storage(s3)).staged_batches()
+    assert staged and set(staged) <= set(acked_ids(db))
+    assert acked_ids(db) == list(range(len(acked_ids(db)))), "each batch once, in order"
+    text = log.read_text()
+    assert "batch 0 applied" in text and "refuses a second conditional put" in text
+    assert_no_secret(s3, text)
+
+
+def unreferenced_parquet(s3, wal: str, batch_id: int) -> int:
+    fs, root = storage(s3).filesystem(wal)
+    listed = fs.get_file_info(
+        pafs.FileSelector(
+            f"{root}/_wal_batch_id={batch_id}", recursive=True, allow_not_found=True
+        )
+    )
+    on_store = {i.path for i in listed if i.is_file and i.path.endswith(".parquet")}
+    table = DeltaTable(wal, storage_options=storage(s3).delta_options)
+    referenced = {u.split("://", 1)[1] for u in table.file_uris()}
+    return len(on_store - referenced)
+
+
+def test_kill_between_files_written_and_commit_on_s3_is_exact(db, s3, bucket, tmp_path):
+    for t in ("s3_crash", "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        "CREATE TABLE s3_crash (k VARCHAR(32) PRIMARY KEY, amount DECIMAL(14,2), "
+        "seq BIGINT) ENGINE=InnoDB"
+    )
+    wal = f"{bucket}/wal"
+    expected = write_landing(tmp_path / "landing", BATCHES)
+    config = s3_config(
+        tmp_path / "crashy.toml", db, tmp_path, s3, wal, table="s3_crash"
+    )
+    log = tmp_path / "writer.log"
+
+    code = run_writer(config, tmp_path / "landing", "stage.before_commit:1", log)
+    assert code == -signal.SIGKILL, log.read_text()[-3000:]
+    assert acked_ids(db) == [0]
+    assert unreferenced_parquet(s3, wal, 1) > 0, "the attempt's files are on S3"
+    opts = storage(s3).delta_options
+    assert DeltaTable(wal, storage_options=opts).transaction_version("crashy") == 0
+
+    assert run_writer(config, tmp_path / "landing", None, log) == 0, log.read_text()[
+        -3000:
+    ]
+    assert job_totals(db, "s3_crash") == expected
+    acked = db.rows("SELECT batch_id, row_count FROM wal_sink_ack ORDER BY 1")
+    assert acked == [(0, 40), (1, 50), (2, 30)]
+    r = cli(config, "purge", "--before", "0", "--vacuum", "--retain", "0s")
+    assert r.returncode == 0, r.stderr
+    assert unreferenced_parquet(s3, wal, 1) == 0, "vacuum removed the leftovers"
+    assert_no_secret(s3, log.read_text(), r.stdout, r.stderr)
+
+
+def test_purge_while_the_job_stages_on_s3_keeps_every_unacked_batch(
+    db, s3, bucket, tmp_path
+):
+    fresh_table(db, "s3_purged")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    wal = f"{bucket}/wal"
+    config = s3_config(
+        tmp_path / "s3purge.toml",
+        db,
+        tmp_path,
+        s3,
+        wal,
+        table="s3_purged",
+        source=landing_source(landing, files_per_trigger=1),
+    )
+    expected: dict[str, Decimal] = {}
+    feeding = threading.Thread(target=arrive, args=(landing, expected, 30, 0.5))
+    feeding.start()
+    log = tmp_path / "job.log"
+    job = JobProcess(config, log)
+    purges: list[str] = []
+    try:
+        deadline = time.monotonic() + 120
+        while "batch 1 applied" not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline and job.proc.poll() is None, job.tail()
+            time.sleep(0.5)
+        while feeding.is_alive() or len(purges) < 4:
+            r = cli(config, "purge", "--older-than", "0s", "--vacuum", "--retain", "1h")
+            assert r.returncode == 0, r.stderr
+            assert job.proc.poll() is None, "the job still runs beside the purge"
+            purges.append(r.stdout)
+            time.sleep(1)
+    finally:
+        feeding.join()
+        assert job.terminate() == 0, job.tail()
+    drain = JobProcess(config, log, "--available-now")
+    assert drain.wait() == 0, drain.tail()
+    assert job_totals(db, "s3_purged") == expected
+    removed = sum(int(p.split("removing ")[1].split()[0]) for p in purges)
+    assert removed > 0, purges
+    # Purge drops the ack rows of purged batches, all but the newest.
+    acked = acked_ids(db)
+    reader = WalReader(wal, storage(s3))
+    staged = reader.staged_batches()
+    assert set(staged) <= set(acked), "whatever is still staged is applied"
+    assert acked[-1] == reader.last_staged("s3purge"), "up to the last staged batch"
+    assert_no_secret(s3, log.read_text(), *purges)
+
+
+def test_job_on_a_standalone_cluster_writes_the_wal_to_s3(db, s3, bucket, tmp_path):
+    """Executors in JVMs of their own reach S3 with the settings the job hands to
+    Spark, and credentials from their environment."""
+    fresh_table(db, "s3_cluster")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    expected = write_landing(
+        landing,
+        [[(f"k{i % 3}", f"{i}.50", i) for i in range(b, b + 20)] for b in (0, 20)],
+    )
+    config = s3_config(
+        tmp_path / "s3cluster.toml",
+        db,
+        tmp_path,
+        s3,
+        f"{bucket}/wal",
+        table="s3_cluster",
+        source=landing_source(landing, files_per_trigger=1),
+    )
+    env = job_env()
+    with standalone_cluster(tmp_path, env) as master:
+        job = JobProcess(
+            config,
+            tmp_path / "job.log",
+            "--available-now",
+            env=env,
+            submit_args=("--master", master, "--conf", "spark.executor.memory=512m"),
+        )
+        assert job.wait() == 0, job.tail()
+    assert list((tmp_path / "work").glob("app-*/*")), "no executor JVM ran"
+    assert job_totals(db, "s3_cluster") == expected
+    assert acked_ids(db) == [0, 1]
+    assert_no_secret(s3, job.text())
+
+
+@pytest.fixture
+def spark_with_s3_credentials(spark, s3):
+    """The tests' shared SparkSession, whose JVM started before the server's
+    credentials were in the environment: they are handed to S3A as Hadoop settings
+    of this session instead (its simple provider; local mode, tasks in this JVM)."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop.set("fs.s3a.access.key", s3.access_key)
+    hadoop.set("fs.s3a.secret.key", s3.secret_key)
+    yield spark
+    hadoop.unset("fs.s3a.access.key")
+    hadoop.unset("fs.s3a.secret.key")
+
+
+@pytest.fixture
+def s3_wal_state(spark_with_s3_credentials, db, s3, bucket, tmp_path):
+    """Batches 0, 1, 2 staged on S3; 0 and 2 acked, 1 not; batch 0 had two rows
+    quarantined. Returns the config path."""
+    from wal_sink.instance import SinkInstance
+    from wal_sink.staging import stage
+
+    spark = spark_with_s3_credentials
+
+    for t in ("ops_totals", "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        "CREATE TABLE ops_totals (k VARCHAR(4) PRIMARY KEY, amount DECIMAL(14,2)) "
+        "ENGINE=InnoDB"
+    )
+    config_path = s3_config(
+        tmp_path / "ops.toml", db, tmp_path, s3, f"{bucket}/wal", table="ops_totals"
+    )
+    instance = SinkInstance(load_config(config_path))
+    committer = instance.start()
+    for b in range(3):
+        rows = [(f"k{i}", Decimal(b + 1)) for i in range(4)]
+        if b == 0:
+            rows += [("far-too-long", Decimal(1)), (None, Decimal(1))]
+        stage(spark.createDataFrame(rows, SCHEMA), instance.writer, b)
+    assert committer.apply(0).quarantined == 2
+    committer.apply(2)
+    instance.close()
+    return config_path
+
+
+def test_every_cli_command_works_against_an_s3_wal(s3_wal_state, db, s3, bucket):
+    config = s3_wal_state
+    outputs: list[str] = []
+
+    def run(*args: str, code: int = 0, **kwargs) -> str:
+        r = cli(config, *args, **kwargs)
+        outputs.extend([r.stdout, r.stderr])
+        assert r.returncode == code, r.stderr
+        return r.stdout
+
+    st = json.loads(run("status", "--json"))
+    assert st["wal_path"] == f"{bucket}/wal"
+    assert (st["staged_batches"], st["unacked"], st["wal_rows"]) == (3, [1], 14)
+    assert "1 staged, not applied: 1" in run("status")
+    shown = run("inspect", "1", "--limit", "2")
+    assert "batch 1: 4 rows" in shown and "showing 2" in shown
+    quarantined = run("inspect", "--quarantine")
+    assert "showing 2" in quarantined and "far-too-long" in quarantined
+    assert "batch 1: 4 rows" in run("recover")
+    assert totals(db) == {f"k{i}": Decimal(6) for i in range(4)}
+    run("replay", "--from", "0", "--to", "0", "--force", "--yes")
+    assert totals(db) == {f"k{i}": Decimal(7) for i in range(4)}
+    purged = run("purge", "--before", "2", "--vacuum", "--retain", "0s")
+    assert "removing 2 acked batch(es)" in purged and "vacuum freed" in purged
+    st = json.loads(run("status", "--json"))
+    assert (st["staged_first"], st["staged_last"], st["unacked"]) == (2, 2, [])
+    fs, root = storage(s3).filesystem(f"{bucket}/wal")
+    left = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    assert not [i.path for i in left if "_wal_batch_id=0" in i.path and i.is_file]
+    assert not [i.path for i in left if "_wal_sink_probe" in i.path and i.is_file]
+    wrong = run("status", code=1, env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"})
+    assert wrong.count("\n") == 0 and "not-the-secret" not in outputs[-1]
+    assert outputs[-1].startswith("error: ") and outputs[-1].count("\n") == 1
+    assert_no_secret(s3, *outputs)
+
+
+def test_store_ignoring_conditional_puts_is_refused_with_one_line(
+    db, s3, bucket, tmp_path
+):
+    """The same buckets through a server that does not check signatures, behind a
+    proxy that drops If-None-Match: the start-up probe's second put succeeds, so
+    neither the CLI nor the job changes anything."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    fresh_table(db, "s3_unsafe")
+    wal = f"{bucket}/wal"
+    opts = storage(s3).delta_options
+    write_deltalake(  # a WAL with one batch staged, written through the real server
+        wal,
+        pa.table({"k": ["a"], "amount": [1], "_wal_seq": [0], "_wal_batch_id": [0]}),
+        partition_by=["_wal_batch_id"],
+        storage_options=opts,
+    )
+    lax = S3Proxy(tmp_path / "lax", data_dir=s3.data_dir, authorization=False)
+    lax.start()
+    proxy = NoConditionalPut(lax.port)
+    proxy.start()
+    try:
+        landing = tmp_path / "landing"
+        write_landing(landing, BATCHES[:1])
+        config = s3_config(
+            tmp_path / "unsafe.toml",
+            db,
+            tmp_path,
+            s3,
+            wal,
+            table="s3_unsafe",
+            source=landing_source(landing),
+        )
+        config.write_text(config.read_text().replace(s3.endpoint, proxy.endpoint))
+        outputs = []
+        for command in (["purge", "--before", "1"], ["recover"]):
+            r = cli(config, *command)
+            outputs += [r.stdout, r.stderr]
+            assert r.returncode == 2, r.stderr
+            assert r.stderr.count("\n") == 1 and "ignores conditional puts" in r.stderr
+        job = JobProcess(config, tmp_path / "job.log", "--available-now")
+        assert job.wait() == 2, job.tail()
+        errors = [ln for ln in job.text().splitlines() if " ERROR wal_sink" in ln]
+        assert len(errors) == 1 and "ignores conditional puts" in errors[0], errors
+        assert proxy.stripped >= 6, "each check put twice through the proxy"
+    finally:
+        proxy.stop()
+        lax.stop()
+    assert DeltaTable(wal, storage_options=opts).version() == 0, "nothing committed"
+    assert db.rows("SELECT COUNT(*) FROM s3_unsafe") == [(0,)]
+    assert_no_secret(s3, job.text(), *outputs)
