@@ -34,8 +34,9 @@ from wal_sink import faults
 from wal_sink.acks import Ack, AckTable
 from wal_sink.batch_rows import ChunkCallback, RowApplier
 from wal_sink.config import Config
-from wal_sink.errors import TerminalError, TransientError
+from wal_sink.errors import FencedError, TerminalError, TransientError
 from wal_sink.lease import check as check_lease
+from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql_errors import first_line, mysql_error
 from wal_sink.outbox import Outbox
 from wal_sink.quarantine import Quarantine
@@ -68,8 +69,10 @@ class Committer:
         wal: WalReader,
         epoch: int,
         stop: threading.Event | None = None,
+        metrics: SinkMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics or SinkMetrics(config.sink.id)
         self.engine = engine
         self.wal = wal
         self.epoch = epoch
@@ -127,7 +130,10 @@ class Committer:
             raise ValueError(f"a group is consecutive batches in order, not {ids}")
         what = f"batch {ids[0]}" + (f"..{ids[-1]}" if len(ids) > 1 else "")
         budget = OutageBudget(
-            self.config.mysql, f"the transaction of {what}", self.stop
+            self.config.mysql,
+            f"the transaction of {what}",
+            self.stop,
+            self.metrics.retries.inc,
         )
         tried: set[str] = set()
         while True:
@@ -136,6 +142,9 @@ class Committer:
                 staged = [self._resolve(b) for b in batches]
                 results = self._transaction(staged, apply_id, tried, force, on_chunk)
                 break
+            except FencedError:
+                self.metrics.lease_held.set(0)
+                raise
             except TransientError as e:
                 tried.add(apply_id)
                 budget.wait(e)
@@ -217,6 +226,7 @@ class Committer:
                 e, sink_id=self.sink_id, batch_id=first, table=self.config.mysql.table
             ) from e
         seconds = time.monotonic() - started
+        self.metrics.commit_seconds.observe(seconds)
         return [self._result(r, tried, seconds) for r in results]
 
     def _result(self, outcome, tried: set[str], seconds: float) -> CommitResult:

@@ -166,6 +166,10 @@ class JobConfig:
     stop_timeout: float = 30.0
     """On SIGTERM, seconds to let the committer apply what is staged; what is left
     stays staged for the next start (a second SIGTERM stops at once)."""
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on this port (off when unset)."""
+    metrics_host: str = "0.0.0.0"
+    """Address the metrics server listens on."""
 
 
 @dataclass(frozen=True)
@@ -459,6 +463,8 @@ def _job(t: Any) -> JobConfig:
             "output_mode",
             "spark_conf",
             "stop_timeout",
+            "metrics_port",
+            "metrics_host",
         },
     )
     spark_conf = _as_table(t.get("spark_conf", {}), "job.spark_conf")
@@ -484,6 +490,8 @@ def _job(t: Any) -> JobConfig:
         },
         restart=_restart(t.get("restart", {})),
         stop_timeout=_duration(t.get("stop_timeout", "30 seconds"), "job.stop_timeout"),
+        metrics_port=_port(t.get("metrics_port")),
+        metrics_host=_str(t, "job", "metrics_host") or JobConfig.metrics_host,
     )
 
 
@@ -571,6 +579,16 @@ def _only(t: dict[str, Any], section: str, allowed: set[str]) -> None:
                 f"unknown config key {where!r}; allowed here: "
                 f"{', '.join(sorted(allowed))}"
             )
+
+
+def _port(value: Any) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 65536:
+        raise ConfigError(
+            f"job.metrics_port must be a TCP port (1-65535), not {value!r}"
+        )
+    return value
 
 
 def _positive(t: dict[str, Any], section: str, key: str, default: int) -> int:

@@ -18,6 +18,7 @@ from wal_sink.committer import CommitResult, Committer
 from wal_sink.conditional_put import check_conditional_put
 from wal_sink.config import Config
 from wal_sink.db import make_engine
+from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql_errors import mysql_error
 from wal_sink.preflight import preflight
 from wal_sink.recovery import high_water, recover
@@ -42,8 +43,10 @@ class SinkInstance:
         engine: Engine | None = None,
         *,
         stop: threading.Event | None = None,
+        metrics: SinkMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics or SinkMetrics(config.sink.id)
         self._engine = engine
         self.wal = WalReader(config.wal_path, config.storage, config.sink.id)
         self.writer = WalWriter(config.wal_path, config.sink.id, config.storage)
@@ -78,7 +81,11 @@ class SinkInstance:
                 self.config.storage, (self.config.wal_path, self.config.quarantine_path)
             )
             self.committer = within_budget(
-                self._take_lease, self.config.mysql, "the start-up", self.stop
+                self._take_lease,
+                self.config.mysql,
+                "the start-up",
+                self.stop,
+                self.metrics.retries.inc,
             )
         return self.committer
 
@@ -98,7 +105,11 @@ class SinkInstance:
             epoch,
             self.high_water,
         )
-        return Committer(self.config, self.engine, self.wal, epoch, self.stop)
+        self.metrics.lease_epoch.set(epoch)
+        self.metrics.lease_held.set(1)
+        return Committer(
+            self.config, self.engine, self.wal, epoch, self.stop, self.metrics
+        )
 
     def recover(self) -> list[CommitResult]:
         """Apply every staged batch without an ack, in order."""

@@ -22,6 +22,7 @@ from wal_sink.checkpoint import last_planned_batch
 from wal_sink.config import Config
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, StopRequested, TerminalError
+from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql_errors import first_line
 from wal_sink.pipeline import Applied
 from wal_sink.quarantine import Entry, Quarantine
@@ -206,8 +207,16 @@ def run_job(
     stop = GracefulStop()
     stop.install(spark)
     policy = RestartPolicy(config.job.restart)
+    metrics = SinkMetrics(config.sink.id)
+    if config.job.metrics_port is not None:
+        metrics.serve(config.job.metrics_port, config.job.metrics_host)
+        log.info(
+            "metrics at http://%s:%d/metrics",
+            config.job.metrics_host,
+            config.job.metrics_port,
+        )
     while True:
-        sink = WalSink(config, on_applied=log_applied, stop=stop.now)
+        sink = WalSink(config, on_applied=log_applied, stop=stop.now, metrics=metrics)
         runner = BatchRunner(sink, stop, checkpoint)
         queries: list[StreamingQuery] = []
         try:
@@ -248,6 +257,7 @@ def run_job(
                     config.job.restart.strategy,
                 )
                 return EXIT_FAILED
+            metrics.restarts.inc()
             log.warning(
                 "query failed: %s; %s in %.0fs", reason, policy.describe(), policy.delay
             )

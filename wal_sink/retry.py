@@ -35,11 +35,13 @@ class OutageBudget:
         mysql: MysqlConfig,
         what: str,
         stop: threading.Event | None = None,
+        on_retry: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.mysql = mysql
         self.what = what
         self.stop = stop or threading.Event()
+        self.on_retry = on_retry
         self.clock = clock
         self.first_failure: float | None = None
         self.attempts = 0
@@ -59,6 +61,8 @@ class OutageBudget:
             )
             raise error
         self.attempts += 1
+        if self.on_retry is not None:
+            self.on_retry()
         backoff = self.mysql.retry_backoff * 2 ** min(self.attempts - 1, 30)
         delay = min(self.mysql.retry_backoff_max, backoff) * random.uniform(0.5, 1.0)
         delay = min(delay, self.mysql.outage_budget - spent)
@@ -80,9 +84,10 @@ def within_budget(
     mysql: MysqlConfig,
     what: str,
     stop: threading.Event | None = None,
+    on_retry: Callable[[], None] | None = None,
 ) -> T:
     """Run ``work`` until it succeeds, retrying ``TransientError`` in the budget."""
-    budget = OutageBudget(mysql, what, stop)
+    budget = OutageBudget(mysql, what, stop, on_retry)
     while True:
         try:
             return work()

@@ -32,8 +32,9 @@ from wal_sink import lease
 from wal_sink.checkpoint import batch_timestamp_ms, last_planned_batch
 from wal_sink.committer import CommitResult
 from wal_sink.config import Config, load_config
-from wal_sink.errors import CheckpointResetError
+from wal_sink.errors import CheckpointResetError, FencedError
 from wal_sink.instance import SinkInstance
+from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql_errors import first_line, is_transient, mysql_error
 from wal_sink.pipeline import Applied, Handoff, Pipeline
 from wal_sink.recovery import check_checkpoint
@@ -68,8 +69,9 @@ class WalSink(SinkInstance):
         *,
         on_applied: Callable[[Applied], None] | None = None,
         stop: threading.Event | None = None,
+        metrics: SinkMetrics | None = None,
     ) -> None:
-        super().__init__(config, engine, stop=stop)
+        super().__init__(config, engine, stop=stop, metrics=metrics)
         self.on_applied = on_applied
         self._pipeline: Pipeline | None = None
         self._checkpoint: str | None = None
@@ -139,6 +141,10 @@ class WalSink(SinkInstance):
         self.last_stage = StageReport(
             batch_id, staged.rows if staged else None, stage_ms, pipeline.pending
         )
+        self.metrics.batches_staged.inc()
+        self.metrics.last_staged_batch.set(batch_id)
+        self.metrics.stage_seconds.observe(stage_ms / 1000)
+        self.metrics.batches_pending.set(pipeline.pending)
 
     @property
     def pending(self) -> int:
@@ -179,9 +185,24 @@ class WalSink(SinkInstance):
     def _pipeline_for(self) -> Pipeline:
         if self._pipeline is None:
             self._pipeline = Pipeline(
-                self.start(), self.config.wal.max_pending, self.on_applied
+                self.start(), self.config.wal.max_pending, self._applied
             )
         return self._pipeline
+
+    def _applied(self, applied: Applied) -> None:
+        """The committer finished a batch: metrics, then the caller's callback."""
+        result, metrics = applied.result, self.metrics
+        if result.applied:
+            metrics.batches_applied.inc()
+            metrics.rows_applied.inc(result.rows)
+            metrics.rows_deleted.inc(result.deleted)
+            metrics.rows_quarantined.inc(result.quarantined)
+            if applied.lag_ms is not None:
+                metrics.lag_seconds.observe(max(0.0, applied.lag_ms / 1000))
+        metrics.last_applied_batch.set(result.batch_id)
+        metrics.batches_pending.set(applied.pending)
+        if self.on_applied is not None:
+            self.on_applied(applied)
 
     def _check_lease(self, batch_id: int) -> None:
         """Only the lease holder stages. While MySQL is unreachable staging goes on
@@ -198,6 +219,9 @@ class WalSink(SinkInstance):
                     lock=False,
                     batch_id=batch_id,
                 )
+        except FencedError:
+            self.metrics.lease_held.set(0)
+            raise
         except DBAPIError as e:
             if not is_transient(e):
                 raise mysql_error(e, sink_id=self.sink_id, batch_id=batch_id) from e
