@@ -26,7 +26,7 @@ from wal_sink.config import Config, load_config
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, WalSinkError
 from wal_sink.exit import exit_now
-from wal_sink.mysql_errors import error_code
+from wal_sink.mysql_errors import mysql_error
 
 if TYPE_CHECKING:
     from wal_sink.instance import SinkInstance
@@ -50,9 +50,7 @@ def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except WalSinkError as e:
             _fail(str(e), EXIT_FAILED)
         except DBAPIError as e:
-            code = error_code(e)
-            detail = str(e.orig).strip().splitlines()[0] if e.orig else type(e).__name__
-            _fail(f"MySQL error{f' {code}' if code else ''}: {detail}", EXIT_FAILED)
+            _fail(str(mysql_error(e)), EXIT_FAILED)
 
     return wrapper
 
@@ -69,12 +67,12 @@ def _fail(message: str, code: int) -> None:
     "config_path",
     envvar="WAL_SINK_CONFIG",
     type=click.Path(dir_okay=False),
-    required=True,
-    help="Sink config (TOML); or set WAL_SINK_CONFIG.",
+    help="Sink config (TOML); or set WAL_SINK_CONFIG. Every command but "
+    "config-schema needs one.",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log what the library does.")
 @click.pass_context
-def main(ctx: click.Context, config_path: str, verbose: bool) -> None:
+def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
     """See, recover, replay, purge and inspect a wal_sink write-ahead log.
 
     Example: wal-sink -c conf/local.toml status
@@ -91,6 +89,8 @@ def _instance(ctx: click.Context) -> Iterator[SinkInstance]:
     # Imported here: delta-rs and pyarrow are not needed for --help or usage errors.
     from wal_sink.instance import SinkInstance
 
+    if ctx.obj is None:
+        raise click.UsageError("give the sink's config: -c FILE (or WAL_SINK_CONFIG)")
     config: Config = load_config(ctx.obj)
     instance = SinkInstance(config)
     try:
@@ -434,6 +434,18 @@ def inspect(
     for row in rows:
         table.add_row(*("NULL" if v is None else str(v) for v in row.values()))
     out.print(table)
+
+
+@main.command("config-schema")
+def config_schema_command() -> None:
+    """Print the JSON Schema of the config file, for editors that check and complete
+    TOML (e.g. Taplo, or VS Code's Even Better TOML with a `#:schema` line).
+
+    Example: wal-sink config-schema > wal_sink.schema.json
+    """
+    from wal_sink.config import config_schema
+
+    click.echo(json.dumps(config_schema(), indent=2, sort_keys=True))
 
 
 def run() -> None:

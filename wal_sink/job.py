@@ -203,7 +203,7 @@ def run_job(
     for key, value in config.job.spark_conf.items():
         spark.conf.set(key, value)
     config.storage.configure_spark(spark)  # S3A settings before any s3a:// access
-    checkpoint = config.resolve(config.job.checkpoint)
+    checkpoint = config.job.checkpoint
     stop = GracefulStop()
     stop.install(spark)
     policy = RestartPolicy(config.job.restart)

@@ -50,7 +50,9 @@ def mysql_error(
     """The sink's error for a MySQL failure: transient (retry the unit of work) or
     terminal, with one line naming the error number."""
     code = error_code(exc)
-    reason = f"MySQL error {code}: {first_line(exc.orig)}" if code else first_line(exc)
+    args = getattr(exc.orig, "args", ())
+    text = args[1] if len(args) > 1 and isinstance(args[1], str) else exc.orig
+    reason = f"MySQL error {code}: {first_line(text)}" if code else first_line(exc)
     if is_transient(exc):
         return TransientError(reason, sink_id=sink_id, batch_id=batch_id)
     return TerminalError(reason, sink_id=sink_id, batch_id=batch_id, table=table)

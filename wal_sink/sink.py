@@ -106,7 +106,7 @@ class WalSink(SinkInstance):
         )
         spark = spark or SparkSession.getActiveSession()
         if spark is not None and checkpoint is not None:
-            self._checkpoint = self.config.resolve(checkpoint)
+            self._checkpoint = checkpoint
             check_checkpoint(
                 self.sink_id,
                 self._checkpoint,

@@ -44,7 +44,7 @@ def read_source(spark: SparkSession, config: Config) -> DataFrame:
         reader = reader.options(**PERMISSIVE)  # after the user's: nothing is dropped
     if schema:
         reader = reader.schema(schema)
-    return reader.load(config.resolve(src.path))
+    return reader.load(src.path)
 
 
 def corrupt_records(source: DataFrame) -> DataFrame | None:

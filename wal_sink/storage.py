@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
+from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.dataclasses import dataclass
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -27,19 +29,51 @@ if TYPE_CHECKING:
 S3_SCHEMES = ("s3", "s3a")
 
 
-@dataclass(frozen=True)
+CREDENTIAL = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
+
+
+@dataclass(
+    frozen=True,
+    config=ConfigDict(extra="forbid", use_attribute_docstrings=True),
+)
 class Storage:
-    """How to reach S3 locations; without settings, each library's defaults (AWS,
-    and whatever the environment says)."""
+    """How to reach S3 locations (the config's ``[storage]``); without settings,
+    each library's defaults (AWS, and whatever the environment says)."""
 
     endpoint: str | None = None
     """S3 endpoint URL, e.g. ``https://minio.internal:9000``; ``http://`` turns TLS
     off. None: AWS S3 in ``region``."""
-    region: str | None = None
+    region: str | None = Field(default=None, min_length=1)
     """Region to sign requests for (Spark's S3A needs one even for other stores)."""
     path_style: bool = False
     """Address buckets as ``endpoint/bucket/key`` instead of ``bucket.endpoint/key``
     (most S3-compatible servers want this)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_credentials(cls, values: Any) -> Any:
+        for name in values if isinstance(values, dict) else ():
+            if CREDENTIAL.search(str(name)):
+                raise ValueError(
+                    f"storage.{name}: credentials never go in the config file; "
+                    "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use an "
+                    "AWS role"
+                )
+        return values
+
+    @field_validator("path_style", mode="before")
+    @classmethod
+    def _boolean(cls, value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false")
+        return value
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not value.lower().startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} must be an http:// or https:// URL")
+        return value.rstrip("/") if value else value
 
     @property
     def configured(self) -> bool:

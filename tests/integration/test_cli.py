@@ -290,27 +290,6 @@ def test_config_and_environment_errors_are_one_line(db, tmp_path, mariadb):
     assert os.environ["WAL_SINK_MYSQL_PASSWORD"] not in r.stderr + r.stdout
 
 
-def test_usage_errors_exit_two(wal_state):
-    assert cli(wal_state, "purge").returncode == 2
-    assert (
-        cli(wal_state, "purge", "--before", "1", "--older-than", "1d").returncode == 2
-    )
-    assert cli(wal_state, "replay", "--from", "3", "--to", "1").returncode == 2
-    assert cli(wal_state, "purge", "--older-than", "soon").returncode == 2
-
-
-@pytest.mark.parametrize(
-    "command", ["init-db", "status", "recover", "replay", "purge", "inspect"]
-)
-def test_every_command_help_has_an_example(command, tmp_path):
-    r = subprocess.run(
-        [WAL_SINK, "-c", "unused.toml", command, "--help"],
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 0 and "Example: wal-sink -c" in r.stdout
-
-
 def test_inspect_quarantine_shows_records_and_reasons(spark, db, tmp_path):
     config_path, instance, committer = ops_sink(db, tmp_path, key_width=4)
     rows = [("ok", Decimal(1)), ("far-too-long", Decimal(2)), (None, Decimal(3))]

@@ -34,7 +34,7 @@ def main(config_path: str, landing: str) -> None:
         .json(landing)
         .repartition(6)
         .writeStream.foreachBatch(sink.foreach_batch)
-        .option("checkpointLocation", sink.config.resolve(sink.config.job.checkpoint))
+        .option("checkpointLocation", sink.config.job.checkpoint)
         .trigger(availableNow=True)
         .start()
     )

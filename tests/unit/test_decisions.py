@@ -1,0 +1,119 @@
+"""Pure decisions the job reaches only through Spark and MySQL, tested alone: the
+checkpoint-reset check (I7), the grouping of batches into transactions, which MySQL
+and storage errors a retry can cure, and the outage budget."""
+
+from __future__ import annotations
+
+import errno
+import threading
+
+import pymysql
+import pytest
+from sqlalchemy.exc import OperationalError, ProgrammingError
+
+from wal_sink.config import MysqlConfig
+from wal_sink.errors import CheckpointResetError, TerminalError, TransientError
+from wal_sink.mysql_errors import is_row_error, is_transient, mysql_error
+from wal_sink.recovery import check_checkpoint, groups
+from wal_sink.retry import OutageBudget, RetryStopped
+from wal_sink.storage_errors import storage_error
+
+
+@pytest.mark.parametrize(
+    "planned, known, refused",
+    [
+        (None, None, False),  # a new sink on a new checkpoint
+        (5, 5, False),  # Spark re-runs its last planned batch
+        (6, 5, False),  # or plans the next
+        (None, 3, True),  # a new checkpoint for a sink that staged batch 3
+        (2, 3, True),  # a checkpoint from before batch 3
+    ],
+)
+def test_checkpoint_behind_what_the_sink_knows_is_refused(planned, known, refused):
+    if refused:
+        with pytest.raises(CheckpointResetError, match="reset or replaced"):
+            check_checkpoint("s", "/cp", planned, known)
+    else:
+        check_checkpoint("s", "/cp", planned, known)
+
+
+def test_groups_are_consecutive_and_bounded_by_rows():
+    batches = [(3, 10), (4, 10), (5, 100), (6, 1), (8, 1), (9, 0)]
+    assert groups(batches, max_rows=25) == [[3, 4], [5], [6], [8, 9]]
+    assert groups([(1, 500)], max_rows=10) == [[1]], "a big batch goes alone"
+
+
+def _mysql(code: int, cls=OperationalError):
+    return cls("SQL", None, pymysql.err.OperationalError(code, "message"))
+
+
+@pytest.mark.parametrize("code", [1213, 1205, 1020, 2003, 2006, 2013, 1040, 1290, 1836])
+def test_mysql_errors_a_retry_can_cure(code):
+    error = mysql_error(_mysql(code), sink_id="s", batch_id=1)
+    assert is_transient(_mysql(code)) and isinstance(error, TransientError)
+    assert str(error) == f"sink 's', batch 1: MySQL error {code}: message"
+
+
+@pytest.mark.parametrize("code", [1146, 1142, 1054])
+def test_mysql_errors_that_stop_the_sink(code):
+    error = mysql_error(_mysql(code, ProgrammingError), table="t")
+    assert not is_transient(_mysql(code)) and isinstance(error, TerminalError)
+    assert "table 't'" in str(error)
+
+
+def test_row_errors_are_told_apart():
+    assert is_row_error(_mysql(1406)) and not is_row_error(_mysql(1213))
+
+
+@pytest.mark.parametrize(
+    "error, transient",
+    [
+        (OSError(errno.EIO, "Input/output error"), True),
+        (ConnectionResetError("reset"), True),
+        (OSError("Generic S3 error: error sending request for url"), True),
+        (OSError("Generic S3 error: 503 Slow Down"), True),
+        (FileNotFoundError(errno.ENOENT, "No such file", "/wal/x.parquet"), False),
+        (PermissionError(errno.EACCES, "denied"), False),
+        (OSError("Parquet magic bytes not found in footer"), False),
+        (OSError("Object at location wal/x.parquet not found: 404"), False),
+    ],
+)
+def test_storage_errors_are_transient_or_terminal(error, transient):
+    wrapped = storage_error(error, "/wal", sink_id="s", batch_id=2)
+    assert isinstance(wrapped, TransientError if transient else TerminalError)
+    assert wrapped.batch_id == 2 and "\n" not in str(wrapped)
+
+
+def test_outage_budget_backs_off_then_gives_up():
+    mysql = MysqlConfig(
+        url="mysql+pymysql://u@h/d",
+        table="t",
+        key=("k",),
+        outage_budget=10,
+        retry_backoff=1,
+        retry_backoff_max=4,
+    )
+    now = [0.0]
+    waits: list[float] = []
+
+    class Clock(threading.Event):
+        def wait(self, timeout=None):
+            waits.append(timeout)
+            now[0] += timeout
+            return False
+
+    budget = OutageBudget(mysql, "work", stop=Clock(), clock=lambda: now[0])
+    error = TransientError("down")
+    with pytest.raises(TransientError):
+        while True:
+            budget.wait(error)
+    assert all(0 < w <= 4 for w in waits) and now[0] == pytest.approx(10)
+    assert waits[0] <= 1 and max(waits) > 1, "doubling, capped"
+
+
+def test_outage_budget_stops_waiting_when_asked():
+    mysql = MysqlConfig(url="mysql+pymysql://u@h/d", table="t", key=("k",))
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(RetryStopped, match="stopped while retrying work"):
+        OutageBudget(mysql, "work", stop=stop).wait(TransientError("down"))
