@@ -131,10 +131,11 @@ class Pipeline:
             self._changed.notify_all()
 
     def submit(self, handoff: Handoff) -> None:
-        """Queue a staged batch; ids arrive in order, one after another."""
+        """Queue a staged batch; ids arrive in order, one after another. A batch
+        staged while the sink began to stop is still taken: ``drain`` applies it."""
         with self._changed:
             self.check()
-            if self._closed or not self._accepting:
+            if self._closed:
                 raise StopRequested(
                     "stopping: this batch is staged and applied at the next start",
                     sink_id=self.committer.sink_id,
