@@ -27,6 +27,7 @@ MERGE_POLICIES = ("overwrite", "add", "keep")
 SOURCE_FORMATS = ("json", "csv", "parquet", "kafka", "rate")
 RESTART_STRATEGIES = ("fixed-delay", "failure-rate", "none")
 OUTPUT_MODES = ("append", "update", "complete")
+SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 TLS_OPTIONS = (
     "ssl_ca",
     "ssl_cert",
@@ -166,6 +167,8 @@ class JobConfig:
     stop_timeout: float = 30.0
     """On SIGTERM, seconds to let the committer apply what is staged; what is left
     stays staged for the next start (a second SIGTERM stops at once)."""
+    spark_log_level: str = "WARN"
+    """Spark's own log level in the job's output (INFO brings Spark's INFO back)."""
 
 
 @dataclass(frozen=True)
@@ -459,6 +462,7 @@ def _job(t: Any) -> JobConfig:
             "output_mode",
             "spark_conf",
             "stop_timeout",
+            "spark_log_level",
         },
     )
     spark_conf = _as_table(t.get("spark_conf", {}), "job.spark_conf")
@@ -484,7 +488,20 @@ def _job(t: Any) -> JobConfig:
         },
         restart=_restart(t.get("restart", {})),
         stop_timeout=_duration(t.get("stop_timeout", "30 seconds"), "job.stop_timeout"),
+        spark_log_level=spark_log_level(
+            _str(t, "job", "spark_log_level") or "WARN", "job.spark_log_level"
+        ),
     )
+
+
+def spark_log_level(value: str, where: str) -> str:
+    """A log4j level name, upper-cased; ``where`` names the key or flag it came
+    from."""
+    if value.upper() not in SPARK_LOG_LEVELS:
+        raise ConfigError(
+            f"{where} {value!r} must be one of {', '.join(SPARK_LOG_LEVELS)}"
+        )
+    return value.upper()
 
 
 def _restart(t: Any) -> RestartConfig:
