@@ -9,7 +9,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DELTA_VENV := .venv-delta
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-MVN := mvn -B -q -Dstyle.color=never -s .mvn/settings.xml
+# Debian's Maven 3.8.7 (jansi 2.4) writes ESC[0m at start and exit even in batch mode
+# with -Dstyle.color=never; jansi.noreset stops it, so var/setup.log has no escapes.
+MVN := MAVEN_OPTS="$$MAVEN_OPTS -Djansi.noreset=true" mvn -B -q -Dstyle.color=never \
+  -s .mvn/settings.xml
 STEP := devtools/step
 
 .PHONY: setup venv venv-delta jars mariadb lint test test-unit demo bench clean
@@ -31,11 +34,12 @@ $(DELTA_VENV)/.installed: devtools/delta-reader-requirements.txt
 	@touch $@
 
 # Jars go to .jars/; spark-defaults.conf of the virtualenv's pyspark then puts them
-# on the driver's classpath at launch, for `python` and `spark-submit` alike. The
+# on the driver's classpath at launch, for `python` and `spark-submit` alike, and
+# conf/log4j2.properties beside it keeps Spark's INFO out of the job's output. The
 # Kafka connector is taken at pyspark's own version when Maven Central has it, and
 # hadoop-aws (S3A) at the Hadoop version pyspark bundles.
 jars: $(VENV)/.jars-configured
-$(VENV)/.jars-configured: pom.xml $(VENV)/.installed
+$(VENV)/.jars-configured: pom.xml conf/log4j2.properties $(VENV)/.installed
 	@rm -rf .jars
 	@$(STEP) jars sh -c 'v=$$($(PY) -c "import pyspark; print(pyspark.__version__)"); \
 	  $(MVN) -Pspark -Dspark.version=$$v dependency:copy-dependencies \

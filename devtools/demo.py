@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from devtools.invoices import InvoiceFeed
 from devtools.kafka import KafkaBroker
@@ -32,7 +33,7 @@ VAR = REPO / "var"
 CONFIG = "conf/invoices.toml"
 MESSAGES, SECONDS = 1600, 40
 CATCH_UP_SECONDS = 180
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)  # lines whole, also in a log file
 
 
 def say(text: str) -> None:
@@ -40,17 +41,20 @@ def say(text: str) -> None:
 
 
 def follow(log: Path, stop: threading.Event) -> None:
-    """Echo the job's own log lines (not Spark's) as they come."""
+    """Echo the job's output as it comes, each line whole. Spark logs at WARN by
+    default, so that is the sink's own lines and Spark's warnings and errors."""
     while not log.exists():
         time.sleep(0.2)
     with open(log, errors="replace") as f:
+        pending = ""
         while not stop.is_set():
-            line = f.readline()
-            if not line:
+            pending += f.readline()
+            if not pending.endswith("\n"):  # nothing new, or half a line so far
                 time.sleep(0.2)
                 continue
-            if " wal_sink" in line:
-                console.print(f"  [dim]job[/] {line.split(' wal_sink', 1)[1].strip()}")
+            line, pending = pending.rstrip(), ""
+            if line:
+                console.print(Text.assemble(("  job ", "dim"), line))
 
 
 def produce(broker: KafkaBroker, feed: InvoiceFeed, done: threading.Event) -> None:

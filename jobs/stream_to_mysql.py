@@ -1,16 +1,22 @@
 """spark-submit entry point: stream [source] -> [transform] -> MySQL, exactly once.
 
     spark-submit jobs/stream_to_mysql.py -c conf/NAME.toml [--available-now]
+        [--spark-log-level LEVEL]
 
 --available-now drains what is there and exits 0. SIGTERM stops after the current
 batch. Exit codes: 0 done, 1 failed, 2 usage or configuration error.
+
+Output: the sink's own lines (start, lease, recovery, one line per batch staged and
+applied, stop) and Spark's warnings and errors. Spark's INFO comes back with
+--spark-log-level INFO or ``[job] spark_log_level = "INFO"`` (see
+wal_sink/spark_logging.py).
 """
 
 import argparse
 import logging
 import sys
 
-from wal_sink.config import load_config
+from wal_sink.config import SPARK_LOG_LEVELS, load_config, spark_log_level
 from wal_sink.errors import ConfigError
 from wal_sink.exit import exit_now
 
@@ -23,6 +29,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--available-now", action="store_true", help="drain what is there, then exit"
     )
+    parser.add_argument(
+        "--spark-log-level",
+        metavar="LEVEL",
+        help="Spark's own log level, overriding job.spark_log_level (default WARN): "
+        + ", ".join(SPARK_LOG_LEVELS),
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING,
@@ -30,13 +42,30 @@ def main(argv: list[str]) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("wal_sink").setLevel(logging.INFO)
+    log = logging.getLogger("wal_sink.job")
     try:
         config = load_config(args.config)
+        if args.spark_log_level:
+            try:
+                level = spark_log_level(args.spark_log_level)
+            except ValueError as e:
+                raise ConfigError(f"--spark-log-level {e}") from None
+        else:
+            level = config.job.spark_log_level if config.job else "WARN"
         from wal_sink.job import run_job
+        from wal_sink.spark_logging import session_at_level
 
-        return run_job(config, available_now=args.available_now)
+        log.info(
+            "sink %s starting from %s%s; Spark logs at %s",
+            config.sink.id,
+            args.config,
+            " (--available-now)" if args.available_now else "",
+            level,
+        )
+        spark = session_at_level(f"wal_sink {config.sink.id}", level)
+        return run_job(config, available_now=args.available_now, spark=spark)
     except ConfigError as e:
-        logging.getLogger("wal_sink.job").error("%s", e)
+        log.error("%s", e)
         return 2
 
 

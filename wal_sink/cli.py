@@ -117,15 +117,39 @@ def init_db_command(ctx: click.Context) -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Stable JSON for scripts.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Read again every --interval seconds until Ctrl-C: pending batches, commit "
+    "lag, last commit, rows/s. In place on a terminal, else (or with --json) one "
+    "line per reading.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.2),
+    help="Seconds between readings, with --watch (default 2).",
+)
 @click.pass_context
 @_one_line_errors
-def status(ctx: click.Context, as_json: bool) -> None:
+def status(
+    ctx: click.Context, as_json: bool, watch: bool, interval: float | None
+) -> None:
     """Staged, acked and unacked batches, rows, WAL size, lag and lease.
 
     Example: wal-sink -c conf/local.toml status --json
+
+    Example: wal-sink -c conf/local.toml status --watch --interval 5
     """
     from wal_sink.status import collect_status
 
+    if interval is not None and not watch:
+        raise click.UsageError("--interval goes with --watch")
+    if watch:
+        from wal_sink.status_watch import watch as watch_status
+
+        with _instance(ctx) as sink:
+            watch_status(sink, interval or 2.0, out, as_json)
+        return
     with _instance(ctx) as sink:
         st = collect_status(sink)
     if as_json:

@@ -39,6 +39,7 @@ from wal_sink.storage import Storage, is_s3
 SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RESERVED_PREFIX = "_wal_"
+SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
@@ -298,6 +299,10 @@ class JobConfig:
     """Serve Prometheus metrics on this TCP port (off when unset)."""
     metrics_host: Text = "0.0.0.0"
     """Address the metrics server listens on."""
+    spark_log_level: Annotated[str, AfterValidator(lambda v: spark_log_level(v))] = (
+        "WARN"
+    )
+    """Spark's own log level in the job's output (INFO brings Spark's INFO back)."""
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -455,6 +460,13 @@ def _section_class(annotation: Any) -> Any:
     }
     text = annotation if isinstance(annotation, str) else annotation.__name__
     return next(c for n, c in names.items() if n in text)
+
+
+def spark_log_level(value: str) -> str:
+    """A log4j level name, upper-cased."""
+    if value.upper() not in SPARK_LOG_LEVELS:
+        raise ValueError(f"{value!r} must be one of {', '.join(SPARK_LOG_LEVELS)}")
+    return value.upper()
 
 
 def mysql_password(mysql: MysqlConfig) -> str:

@@ -6,10 +6,17 @@ abort at interpreter exit must not turn success into 134 (DESIGN.md §5).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import re
+import signal
+import struct
 import subprocess
 import sys
+import termios
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -356,3 +363,109 @@ def test_storage_errors_are_retried_or_one_line(wal_state, tmp_path, db, spark):
     )
     assert "Traceback" not in r.stderr
     assert (4,) not in db.rows("SELECT batch_id FROM wal_sink_ack")
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def test_status_watch_refreshes_in_place_on_a_terminal_until_ctrl_c(wal_state):
+    """In a pseudo-terminal: the figures are redrawn in place every second, batch 1
+    applied between two readings shows as rows/s, and Ctrl-C exits 0."""
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
+    proc = subprocess.Popen(
+        [WAL_SINK, "-c", str(wal_state), "status", "--watch", "--interval", "1"],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        cwd=REPO,
+        env={**env, "TERM": "xterm-256color"},
+    )
+    os.close(child)
+    received = bytearray()
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(main, 4096)
+            except OSError:  # EIO: the child side is closed
+                return
+            if not data:
+                return
+            received.extend(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+
+    def renders() -> list[str]:
+        text = ANSI.sub("", received.decode(errors="replace"))
+        return text.split("sink ops  at ")[1:]
+
+    def wait_for(condition, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not condition():
+            assert proc.poll() is None, received.decode(errors="replace")
+            assert time.monotonic() < deadline, f"no {what}: {renders()}"
+            time.sleep(0.1)
+
+    try:
+        wait_for(lambda: len(renders()) >= 2, "refresh")
+        assert "1 batch(es) staged, not applied" in renders()[0]
+        assert cli(wal_state, "recover").returncode == 0
+        seen = len(renders())
+        wait_for(lambda: len(renders()) >= seen + 2, "two refreshes after recover")
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, received.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        reader.join(timeout=10)
+        os.close(main)
+    shown = renders()
+    raw = received.decode(errors="replace")
+    assert "\x1b[1A" in raw and "\x1b[2K" in raw, "redrawn in place (cursor up)"
+    assert "0 batch(es) staged, not applied" in shown[-1]
+    assert re.search(r"rows applied\s+12\b", shown[-1]), shown[-1]
+    rates = [re.search(r"rows/s\s+(\S+)", r).group(1) for r in shown]
+    assert rates[0] == "-" and any(float(r) > 0 for r in rates[1:]), rates
+    assert "Traceback" not in raw and "Aborted" not in raw
+
+
+def test_status_watch_prints_one_line_per_reading_when_not_a_terminal(wal_state):
+    for extra in ((), ("--json",)):
+        proc = subprocess.Popen(
+            [
+                WAL_SINK,
+                "-c",
+                str(wal_state),
+                "status",
+                "--watch",
+                "--interval",
+                "0.5",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        lines = [proc.stdout.readline() for _ in range(3)]
+        os.kill(proc.pid, signal.SIGINT)
+        rest, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert "\x1b" not in "".join(lines) + rest, "no escape codes in a pipe"
+        if extra:
+            readings = [json.loads(line) for line in lines]
+            assert [r["pending_batches"] for r in readings] == [1, 1, 1]
+            assert readings[0]["rows_per_second"] is None
+            assert readings[2]["rows_per_second"] == 0.0
+            assert readings[2]["rows_applied"] == 8 and readings[2]["acked_last"] == 2
+        else:
+            pattern = (
+                r"\d\d:\d\d:\d\d sink ops: pending=1 commit_lag_s=\d+\.\d "
+                r"last_commit=\S+ last_acked=2 rows_applied=8 rows_per_s=(-|0\.0)\n"
+            )
+            assert all(re.fullmatch(pattern, line) for line in lines), lines
+    r = cli(wal_state, "status", "--interval", "1")
+    assert r.returncode == 2 and "--interval goes with --watch" in r.stderr

@@ -72,6 +72,10 @@ def test_valid_config_loads_typed_values():
             "job.restart.strategy",
         ),
         ({"cdc": {"op_column": "op"}}, "cdc.order_by is missing"),
+        (
+            {"job": {"checkpoint": "c", "spark_log_level": "LOUD"}},
+            "job.spark_log_level: 'LOUD' must be one of OFF, FATAL, ERROR, WARN, INFO",
+        ),
         ({"mysql__key": ["_wal_seq"]}, "reserved"),
     ],
 )
@@ -79,6 +83,13 @@ def test_bad_config_names_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as info:
         config_from_dict(base(**overrides))
     assert "\n" not in str(info.value)
+
+
+def test_spark_log_level_defaults_to_warn_and_takes_any_case():
+    job = {"checkpoint": "c"}
+    assert config_from_dict(base(job=job)).job.spark_log_level == "WARN"
+    job["spark_log_level"] = "info"
+    assert config_from_dict(base(job=job)).job.spark_log_level == "INFO"
 
 
 def test_missing_and_malformed_files(tmp_path):
