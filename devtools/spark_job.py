@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 REPO = Path(__file__).resolve().parent.parent
 SPARK_SUBMIT = str(Path(sys.executable).with_name("spark-submit"))
@@ -27,7 +28,10 @@ def job_env(**extra: str) -> dict[str, str]:
 
 class JobProcess:
     """``spark-submit jobs/stream_to_mysql.py -c CONFIG ARGS``, its output appended
-    to ``log``."""
+    to ``log``. ``JobProcess.reap()`` kills every job still running (tests call it
+    after each test, so a failed one leaves no job behind)."""
+
+    running: ClassVar[list[JobProcess]] = []
 
     def __init__(
         self,
@@ -47,6 +51,14 @@ class JobProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        JobProcess.running.append(self)
+
+    @classmethod
+    def reap(cls) -> None:
+        for job in cls.running:
+            if job.proc.poll() is None:
+                job.kill()
+        cls.running.clear()
 
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)

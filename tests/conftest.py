@@ -17,6 +17,15 @@ from devtools.mariadb import SINK_PASSWORD, MariaDB
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def no_job_left_running():
+    """A test that fails half-way leaves no spark-submit job running."""
+    yield
+    from devtools.spark_job import JobProcess
+
+    JobProcess.reap()
+
+
 @pytest.fixture(scope="session")
 def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB]:
     server = MariaDB(tmp_path_factory.mktemp("mariadb"))
