@@ -309,10 +309,10 @@ class JobConfig:
 class Config:
     sink: SinkConfig
     """Who the sink is."""
-    wal: WalConfig
-    """The write-ahead log (a Delta table)."""
     mysql: MysqlConfig
     """The target, and the sink's own tables beside it."""
+    wal: WalConfig
+    """The write-ahead log (a Delta table)."""
     source: SourceConfig | None = None
     """What the job reads (the job only)."""
     transform: TransformConfig | None = None
