@@ -16,15 +16,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import Connection, Engine, Executable, MetaData, Table, text
-from sqlalchemy.exc import DBAPIError, NoSuchTableError
+from sqlalchemy import Connection, Engine, Executable, Table
+from sqlalchemy.exc import DBAPIError
 
 from wal_sink.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
 from wal_sink.config import Config
-from wal_sink.errors import TerminalError
+from wal_sink.errors import first_line
 from wal_sink.multi_row import MultiRowUpsert
-from wal_sink.mysql_errors import error_code, first_line, is_row_error
+from wal_sink.mysql_errors import error_code, is_row_error
 from wal_sink.quarantine import Entry
+from wal_sink.target import reflect_target
 from wal_sink.upsert import build_delete, build_upsert
 from wal_sink.wal import StagedBatch, WalReader
 
@@ -46,7 +47,7 @@ class RowApplier:
         self._bulk_load_allowed = True
 
     def target(self) -> Table:
-        """The reflected target table; refuses tables that are not InnoDB."""
+        """The reflected target table (once); refuses tables that are not InnoDB."""
         if self._target is None:
             self._target = reflect_target(self.engine, self.config.mysql.table)
         return self._target
@@ -146,32 +147,6 @@ class RowApplier:
             return None
         savepoint.commit()
         return applied
-
-
-def reflect_target(engine: Engine, name: str) -> Table:
-    """Reflect the target table, refusing a missing or non-transactional one."""
-    with engine.connect() as conn:
-        engine_name = conn.execute(
-            text(
-                "SELECT ENGINE FROM information_schema.TABLES "
-                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
-            ),
-            {"t": name},
-        ).scalar_one_or_none()
-        if engine_name is None:
-            raise TerminalError(
-                "target table does not exist; create it first", table=name
-            )
-        if engine_name.upper() != "INNODB":
-            raise TerminalError(
-                f"target table uses {engine_name}; it must be InnoDB (transactional) "
-                "for batches to be applied atomically",
-                table=name,
-            )
-        try:
-            return Table(name, MetaData(), autoload_with=conn)
-        except NoSuchTableError:
-            raise TerminalError("target table does not exist", table=name) from None
 
 
 def _runs(

@@ -34,10 +34,10 @@ from wal_sink import faults
 from wal_sink.acks import Ack, AckTable
 from wal_sink.batch_rows import ChunkCallback, RowApplier
 from wal_sink.config import Config
-from wal_sink.errors import FencedError, TerminalError, TransientError
+from wal_sink.errors import FencedError, TerminalError, TransientError, first_line
 from wal_sink.lease import check as check_lease
 from wal_sink.metrics import SinkMetrics
-from wal_sink.mysql_errors import first_line, mysql_error
+from wal_sink.mysql_errors import mysql_error
 from wal_sink.outbox import Outbox
 from wal_sink.quarantine import Quarantine
 from wal_sink.retry import OutageBudget

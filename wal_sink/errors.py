@@ -8,6 +8,11 @@ parsing text.
 from __future__ import annotations
 
 
+def first_line(obj: object) -> str:
+    text = str(obj).strip()
+    return text.splitlines()[0] if text else type(obj).__name__
+
+
 class WalSinkError(Exception):
     """Root of every error this package raises on purpose."""
 

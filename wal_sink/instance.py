@@ -13,7 +13,6 @@ from sqlalchemy.exc import DBAPIError
 
 from wal_sink import lease
 from wal_sink.acks import AckTable
-from wal_sink.batch_rows import reflect_target
 from wal_sink.committer import CommitResult, Committer
 from wal_sink.conditional_put import check_conditional_put
 from wal_sink.config import Config
@@ -24,6 +23,7 @@ from wal_sink.preflight import preflight
 from wal_sink.recovery import high_water, recover
 from wal_sink.retry import within_budget
 from wal_sink.schema import init_db, sink_tables
+from wal_sink.target import reflect_target
 from wal_sink.wal import WalReader
 from wal_sink.wal_writer import WalWriter
 

@@ -21,9 +21,8 @@ from pyspark.sql.streaming import StreamingQuery
 from wal_sink.checkpoint import last_planned_batch
 from wal_sink.config import Config
 from wal_sink.durations import parse_duration
-from wal_sink.errors import ConfigError, StopRequested, TerminalError
+from wal_sink.errors import ConfigError, StopRequested, TerminalError, first_line
 from wal_sink.metrics import SinkMetrics
-from wal_sink.mysql_errors import first_line
 from wal_sink.pipeline import Applied
 from wal_sink.quarantine import Entry, Quarantine
 from wal_sink.recovery import check_checkpoint

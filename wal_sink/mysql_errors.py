@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink.errors import TerminalError, TransientError, WalSinkError
+from wal_sink.errors import TerminalError, TransientError, WalSinkError, first_line
 
 # deadlock, lock wait timeout, snapshot conflict, can't connect, too many connections,
 # server gone away, lost connection, read-only (failover), read-only (super_read_only)
@@ -33,11 +33,6 @@ def is_transient(exc: BaseException) -> bool:
 
 def is_row_error(exc: BaseException) -> bool:
     return error_code(exc) in ROW_ERRORS
-
-
-def first_line(obj: object) -> str:
-    text = str(obj).strip()
-    return text.splitlines()[0] if text else type(obj).__name__
 
 
 def mysql_error(

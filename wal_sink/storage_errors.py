@@ -11,8 +11,7 @@ from __future__ import annotations
 import errno
 import re
 
-from wal_sink.errors import TerminalError, TransientError, WalSinkError
-from wal_sink.mysql_errors import first_line
+from wal_sink.errors import TerminalError, TransientError, WalSinkError, first_line
 
 TRANSIENT_ERRNOS = frozenset(
     {
