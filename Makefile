@@ -45,11 +45,11 @@ $(VENV)/.jars-configured: pom.xml conf/log4j2.properties $(VENV)/.installed
 	  $(MVN) -Pspark -Dspark.version=$$v dependency:copy-dependencies \
 	  || { echo "Kafka connector $$v is not on Maven Central; using the pom default"; \
 	       $(MVN) -Pspark dependency:copy-dependencies; } && \
-	  $(MVN) -Ps3a -Dhadoop.version=$$($(PY) -m wal_sink.spark_defaults --hadoop-version) dependency:copy-dependencies && \
+	  $(MVN) -Ps3a -Dhadoop.version=$$($(PY) -m wal_sink.spark.defaults --hadoop-version) dependency:copy-dependencies && \
 	  $(MVN) -Pdelta dependency:copy-dependencies && \
 	  $(MVN) -Pbroker dependency:copy-dependencies && \
 	  $(MVN) -Ps3proxy dependency:copy-dependencies && \
-	  $(PY) -m wal_sink.spark_defaults .jars/spark'
+	  $(PY) -m wal_sink.spark.defaults .jars/spark'
 	@touch $@
 
 mariadb:
@@ -60,6 +60,7 @@ mariadb:
 
 lint: venv
 	@$(PY) -m ruff check wal_sink jobs tests bench devtools
+	@$(VENV)/bin/lint-imports --no-cache
 
 demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m devtools.demo

@@ -16,9 +16,9 @@ from dataclasses import replace
 
 from bench.common import Bench, ratio_line, seconds, spark_session
 from wal_sink.config import SinkConfig
-from wal_sink.instance import SinkInstance
-from wal_sink.staging import stage
-from wal_sink.wal_writer import WalWriter
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.spark.staging import stage
+from wal_sink.wal.writer import WalWriter
 
 TABLE = (
     "(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(14,2), label VARCHAR(32), "

@@ -17,7 +17,7 @@ import os
 import sys
 
 from bench.common import Bench, ratio_line, seconds, spark_session
-from wal_sink.job import run_job
+from wal_sink.spark.job import run_job
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), label STRING, seq BIGINT"
 TABLE = (

@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 
 from bench.common import ratio_line, seconds, spark_session
-from wal_sink.staging import stage
-from wal_sink.wal_writer import WalWriter
+from wal_sink.spark.staging import stage
+from wal_sink.wal.writer import WalWriter
 
 
 def main(rows: int = 2_000_000, repeat: int = 5) -> None:

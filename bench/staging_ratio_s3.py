@@ -22,7 +22,7 @@ from pathlib import Path
 from bench.common import ratio_line, seconds, spark_session
 from devtools.s3proxy import REGION, S3Proxy
 from wal_sink.storage import Storage
-from wal_sink.wal_writer import WalWriter
+from wal_sink.wal.writer import WalWriter
 
 
 def main(rows: int = 1_000_000, repeat: int = 7) -> None:
@@ -32,7 +32,7 @@ def main(rows: int = 1_000_000, repeat: int = 7) -> None:
     os.environ.update(server.credentials())  # before the JVM starts: S3A reads them
     bucket = server.create_bucket("bench")
     storage = Storage(endpoint=server.endpoint, region=REGION, path_style=True)
-    from wal_sink.staging import stage
+    from wal_sink.spark.staging import stage
 
     spark = spark_session()
     try:

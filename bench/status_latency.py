@@ -21,7 +21,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from bench.common import Bench, seconds
-from wal_sink.instance import SinkInstance
+from wal_sink.protocol.sink_instance import SinkInstance
 
 
 def build_wal(path: Path, batches: int, per_commit: int = 100) -> None:

@@ -18,7 +18,7 @@ import sys
 
 from wal_sink.config import SPARK_LOG_LEVELS, load_config, spark_log_level
 from wal_sink.errors import ConfigError
-from wal_sink.exit import exit_now
+from wal_sink.exit_status import exit_now
 
 
 def main(argv: list[str]) -> int:
@@ -52,8 +52,8 @@ def main(argv: list[str]) -> int:
                 raise ConfigError(f"--spark-log-level {e}") from None
         else:
             level = config.job.spark_log_level if config.job else "WARN"
-        from wal_sink.job import run_job
-        from wal_sink.spark_logging import session_at_level
+        from wal_sink.spark.job import run_job
+        from wal_sink.spark.log_level import session_at_level
 
         log.info(
             "sink %s starting from %s%s; Spark logs at %s",

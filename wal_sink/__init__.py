@@ -30,7 +30,7 @@ __all__ = [
 def __getattr__(name: str):
     # WalSink needs pyspark; importing it lazily keeps the CLI's read paths fast.
     if name == "WalSink":
-        from wal_sink.sink import WalSink
+        from wal_sink.spark.sink import WalSink
 
         return WalSink
     raise AttributeError(name)

@@ -9,10 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from wal_sink.instance import SinkInstance
-from wal_sink.quarantine import Quarantine
-from wal_sink.staging import stage
-from wal_sink.wal_writer import WalWriter
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.spark.staging import stage
+from wal_sink.wal.quarantine import Quarantine
+from wal_sink.wal.writer import WalWriter
 
 SCHEMA = (
     "k STRING, amount DECIMAL(12,2), label STRING, flag BOOLEAN, ts TIMESTAMP, "

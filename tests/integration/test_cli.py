@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from wal_sink.instance import SinkInstance
-from wal_sink.staging import stage
-from wal_sink.wal_writer import WalWriter
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.spark.staging import stage
+from wal_sink.wal.writer import WalWriter
 
 WAL_SINK = str(Path(sys.executable).with_name("wal-sink"))
 SCHEMA = "k STRING, amount DECIMAL(12,2)"
@@ -347,7 +347,7 @@ def test_storage_errors_are_retried_or_one_line(wal_state, tmp_path, db, spark):
     assert "Input/output error" in r.stderr and "retry 1" in r.stderr
     # A file of an unapplied batch lost from the WAL: one line naming it, exit 1.
     from wal_sink.config import load_config
-    from wal_sink.wal import WalReader
+    from wal_sink.wal.reader import WalReader
 
     for b in range(3, 5):
         rows = [(f"k{i}", Decimal(b)) for i in range(4)]

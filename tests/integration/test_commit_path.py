@@ -17,9 +17,9 @@ from deltalake import DeltaTable
 
 from tests.integration.test_faults import amounts, staged
 from wal_sink import TerminalError
-from wal_sink.instance import SinkInstance
-from wal_sink.quarantine import Quarantine
-from wal_sink.staging import stage
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.spark.staging import stage
+from wal_sink.wal.quarantine import Quarantine
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), note STRING"
 

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 from tests.conftest import REPO
 from tests.integration.test_invariants import write_landing
 from wal_sink.storage import Storage
-from wal_sink.wal_maintenance import vacuum
+from wal_sink.wal.maintenance import vacuum
 
 pytestmark = pytest.mark.crash
 

@@ -26,11 +26,11 @@ from deltalake import DeltaTable
 
 from tests.conftest import REPO
 from tests.integration.test_types import SCHEMA, rows
-from wal_sink.quarantine import Entry, Quarantine
-from wal_sink.staging import stage
+from wal_sink.spark.staging import stage
 from wal_sink.storage import Storage
-from wal_sink.wal_maintenance import delete_batches
-from wal_sink.wal_writer import WalWriter
+from wal_sink.wal.maintenance import delete_batches
+from wal_sink.wal.quarantine import Entry, Quarantine
+from wal_sink.wal.writer import WalWriter
 
 DELTA_PYTHON = REPO / ".venv-delta" / "bin" / "python"
 DELTA_JARS = REPO / ".jars" / "delta"

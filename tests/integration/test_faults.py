@@ -15,13 +15,13 @@ import pytest
 
 from tests.integration.lost_reply import LostCommitReply
 from wal_sink import TerminalError, TransientError
-from wal_sink.committer import Committer
-from wal_sink.db import make_engine
-from wal_sink.instance import SinkInstance
-from wal_sink.quarantine import Quarantine
-from wal_sink.staging import stage
-from wal_sink.wal import WalReader
-from wal_sink.wal_writer import WalWriter
+from wal_sink.mysql.engine import make_engine
+from wal_sink.protocol.committer import Committer
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.spark.staging import stage
+from wal_sink.wal.quarantine import Quarantine
+from wal_sink.wal.reader import WalReader
+from wal_sink.wal.writer import WalWriter
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), note STRING"
 
@@ -350,7 +350,7 @@ def test_preflight_warns_when_commits_are_not_durable(db, mariadb, make_config, 
 def test_sink_works_with_least_privilege_grants(spark, db, mariadb, make_config):
     """sql/grants.sql, applied to this database: a whole batch goes through."""
     from devtools.mariadb import SINK_PASSWORD
-    from wal_sink.schema import init_db
+    from wal_sink.mysql.tables import init_db
 
     for t in ("kpxxb_hzb", "wal_sink_ack", "wal_sink_lease"):
         db.execute(f"DROP TABLE IF EXISTS {t}")
@@ -424,7 +424,7 @@ def test_password_never_in_logs_errors_or_status(
 
 
 def test_tls_options_reach_the_driver(db, target, make_config, tmp_path):
-    from wal_sink.db import make_engine
+    from wal_sink.mysql.engine import make_engine
 
     config = make_config(table="acct")
     missing_ca = tmp_path / "no-such-ca.pem"

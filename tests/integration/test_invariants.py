@@ -13,9 +13,9 @@ from pyspark.errors import StreamingQueryException
 
 from tests.conftest import settle
 from wal_sink import CheckpointResetError, FencedError, WalSink
-from wal_sink.purge import execute_purge, plan_purge
-from wal_sink.staging import stage
-from wal_sink.wal_writer import WalWriter
+from wal_sink.protocol.purge import execute_purge, plan_purge
+from wal_sink.spark.staging import stage
+from wal_sink.wal.writer import WalWriter
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), seq BIGINT"
 

@@ -133,7 +133,7 @@ options = {{ maxFilesPerTrigger = 2 }}""",
     log = tmp_path / "job.log"
     survive_kills_then_drain(config, log, arrive)
     assert totals(db, "file_totals") == expected
-    from wal_sink.wal import WalReader
+    from wal_sink.wal.reader import WalReader
 
     acked = {r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack")}
     assert set(WalReader(str(tmp_path / "wal")).staged_batches()) <= acked
@@ -191,7 +191,7 @@ startingOffsets = "earliest", maxOffsetsPerTrigger = 150 }}""",
 
 
 def quarantined_raw(tmp_path: Path, sink_id: str) -> list[str]:
-    from wal_sink.quarantine import Quarantine
+    from wal_sink.wal.quarantine import Quarantine
 
     entries = Quarantine(str(tmp_path / "wal_quarantine"), sink_id).read(10_000)
     return [json.loads(e["record"])["raw"] for e in entries]

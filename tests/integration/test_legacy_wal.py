@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tests.integration.test_cli import cli
 from wal_sink.config import load_config
-from wal_sink.instance import SinkInstance
-from wal_sink.staging import stage
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.spark.staging import stage
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_wal"
 ACK_TABLE_0_1 = """CREATE TABLE wal_sink_ack (

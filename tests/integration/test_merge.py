@@ -9,8 +9,8 @@ import pytest
 
 from tests.conftest import settle
 from wal_sink import TerminalError, WalSink
-from wal_sink.staging import stage
-from wal_sink.wal_writer import WalWriter
+from wal_sink.spark.staging import stage
+from wal_sink.wal.writer import WalWriter
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), label STRING, first_seen STRING, seq BIGINT"
 

@@ -8,11 +8,11 @@ from decimal import Decimal
 
 import pytest
 
-from wal_sink import multi_row
-from wal_sink.instance import SinkInstance
-from wal_sink.multi_row import MultiRowUpsert
-from wal_sink.staging import stage
-from wal_sink.wal_writer import WalWriter
+from wal_sink.mysql import multi_row
+from wal_sink.mysql.multi_row import MultiRowUpsert
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.spark.staging import stage
+from wal_sink.wal.writer import WalWriter
 
 SCHEMA = (
     "k STRING, amount DECIMAL(12,2), label STRING, ratio DOUBLE, flag BOOLEAN, "

@@ -28,7 +28,7 @@ from tests.integration.test_job import fresh_table, rng, survive_kills_then_drai
 from tests.integration.test_job import totals as job_totals
 from wal_sink.config import load_config
 from wal_sink.storage import Storage
-from wal_sink.wal import WalReader
+from wal_sink.wal.reader import WalReader
 
 pytestmark = pytest.mark.s3
 SCHEMA = "k STRING, amount DECIMAL(12,2)"
@@ -299,8 +299,8 @@ def spark_with_s3_credentials(spark, s3):
 def s3_wal_state(spark_with_s3_credentials, db, s3, bucket, tmp_path):
     """Batches 0, 1, 2 staged on S3; 0 and 2 acked, 1 not; batch 0 had two rows
     quarantined. Returns the config path."""
-    from wal_sink.instance import SinkInstance
-    from wal_sink.staging import stage
+    from wal_sink.protocol.sink_instance import SinkInstance
+    from wal_sink.spark.staging import stage
 
     spark = spark_with_s3_credentials
 

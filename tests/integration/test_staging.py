@@ -16,10 +16,10 @@ from deltalake import DeltaTable, write_deltalake
 
 from tests.conftest import settle
 from wal_sink.errors import TerminalError
-from wal_sink.sink import WalSink
-from wal_sink.staging import stage
-from wal_sink.wal import WalReader
-from wal_sink.wal_writer import WalWriter
+from wal_sink.spark.sink import WalSink
+from wal_sink.spark.staging import stage
+from wal_sink.wal.reader import WalReader
+from wal_sink.wal.writer import WalWriter
 
 
 def test_wal_keeps_row_counts_and_seq_ranges_only_and_no_deletion_vectors(

@@ -13,12 +13,12 @@ from decimal import Context, Decimal
 import pyarrow.parquet as pq
 import pytest
 
-from wal_sink.bulk_load import BulkLoader
-from wal_sink.instance import SinkInstance
-from wal_sink.multi_row import MultiRowUpsert
-from wal_sink.staging import stage
-from wal_sink.wal import WalReader
-from wal_sink.wal_writer import WalWriter
+from wal_sink.mysql.bulk_load import BulkLoader
+from wal_sink.mysql.multi_row import MultiRowUpsert
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.spark.staging import stage
+from wal_sink.wal.reader import WalReader
+from wal_sink.wal.writer import WalWriter
 
 UTC = timezone.utc
 OUTPUT_TIMESTAMP_TYPE = "spark.sql.parquet.outputTimestampType"

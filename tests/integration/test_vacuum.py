@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from wal_sink.faults import ENV, InjectedFault
-from wal_sink.staging import stage
+from wal_sink.spark.staging import stage
 from wal_sink.storage import Storage
-from wal_sink.wal import WalReader
-from wal_sink.wal_maintenance import vacuum
-from wal_sink.wal_writer import WalWriter
+from wal_sink.wal.maintenance import vacuum
+from wal_sink.wal.reader import WalReader
+from wal_sink.wal.writer import WalWriter
 
 HOUR = 3600
 

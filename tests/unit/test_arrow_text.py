@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from wal_sink.arrow_text import finite, renderable, sql_rows, tsv
+from wal_sink.mysql.arrow_text import finite, renderable, sql_rows, tsv
 
 
 def batch(**columns) -> pa.RecordBatch:

@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from wal_sink.cli import main
+from wal_sink.cli.commands import main
 
 COMMANDS = ["init-db", "status", "recover", "replay", "purge", "inspect"]
 

@@ -13,10 +13,10 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from wal_sink.config import MysqlConfig
 from wal_sink.errors import CheckpointResetError, TerminalError, TransientError
-from wal_sink.mysql_errors import is_row_error, is_transient, mysql_error
-from wal_sink.recovery import check_checkpoint, groups
-from wal_sink.retry import OutageBudget, RetryStopped
-from wal_sink.storage_errors import storage_error
+from wal_sink.mysql.errors import is_row_error, is_transient, mysql_error
+from wal_sink.protocol.recovery import check_checkpoint, groups
+from wal_sink.protocol.retry import OutageBudget, RetryStopped
+from wal_sink.wal.storage_errors import storage_error
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from wal_sink.config import MysqlConfig
-from wal_sink.schema import sink_tables
+from wal_sink.mysql.tables import sink_tables
 
 SQL_FILE = Path(__file__).resolve().parents[2] / "sql" / "wal_sink_tables.sql"
 

@@ -6,7 +6,7 @@ from sqlalchemy.dialects.mysql import pymysql
 
 from wal_sink.config import MysqlConfig
 from wal_sink.errors import TerminalError
-from wal_sink.upsert import build_delete, build_upsert
+from wal_sink.mysql.upsert import build_delete, build_upsert
 
 TABLE = Table(
     "totals",

@@ -32,8 +32,8 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from wal_sink.errors import TerminalError, TransientError
 from wal_sink.storage import Storage
-from wal_sink.storage_errors import storage_error
-from wal_sink.wal import BATCH_COLUMN, SEQ_COLUMN
+from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN
+from wal_sink.wal.storage_errors import storage_error
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wal_sink.committer import CommitResult, Committer
 from wal_sink.errors import StopRequested
-from wal_sink.recovery import groups
-from wal_sink.wal import StagedBatch
+from wal_sink.protocol.committer import CommitResult, Committer
+from wal_sink.protocol.recovery import groups
+from wal_sink.wal.reader import StagedBatch
 
 log = logging.getLogger(__name__)
 

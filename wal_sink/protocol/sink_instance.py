@@ -11,21 +11,21 @@ import threading
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink import lease
-from wal_sink.acks import AckTable
-from wal_sink.committer import CommitResult, Committer
-from wal_sink.conditional_put import check_conditional_put
 from wal_sink.config import Config
-from wal_sink.db import make_engine
 from wal_sink.metrics import SinkMetrics
-from wal_sink.mysql_errors import mysql_error
-from wal_sink.preflight import preflight
-from wal_sink.recovery import high_water, recover
-from wal_sink.retry import within_budget
-from wal_sink.schema import init_db, sink_tables
-from wal_sink.target import reflect_target
-from wal_sink.wal import WalReader
-from wal_sink.wal_writer import WalWriter
+from wal_sink.mysql import lease
+from wal_sink.mysql.acks import AckTable
+from wal_sink.mysql.engine import make_engine
+from wal_sink.mysql.errors import mysql_error
+from wal_sink.mysql.preflight import preflight
+from wal_sink.mysql.tables import init_db, sink_tables
+from wal_sink.mysql.target import reflect_target
+from wal_sink.protocol.committer import CommitResult, Committer
+from wal_sink.protocol.recovery import high_water, recover
+from wal_sink.protocol.retry import within_budget
+from wal_sink.wal.conditional_put import check_conditional_put
+from wal_sink.wal.reader import WalReader
+from wal_sink.wal.writer import WalWriter
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pymysql.cursors import RE_INSERT_VALUES
 from sqlalchemy import Connection
 from sqlalchemy.dialects.mysql import Insert
 
-from wal_sink.arrow_text import finite, renderable, sql_rows
+from wal_sink.mysql.arrow_text import finite, renderable, sql_rows
 
 # As PyMySQL's executemany: statements of about 1 MB, well under max_allowed_packet.
 MAX_STATEMENT_BYTES = 1_024_000

@@ -19,15 +19,15 @@ import pyarrow as pa
 from sqlalchemy import Connection, Engine, Executable, Table
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
 from wal_sink.config import Config
 from wal_sink.errors import first_line
-from wal_sink.multi_row import MultiRowUpsert
-from wal_sink.mysql_errors import error_code, is_row_error
-from wal_sink.quarantine import Entry
-from wal_sink.target import reflect_target
-from wal_sink.upsert import build_delete, build_upsert
-from wal_sink.wal import StagedBatch, WalReader
+from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
+from wal_sink.mysql.errors import error_code, is_row_error
+from wal_sink.mysql.multi_row import MultiRowUpsert
+from wal_sink.mysql.target import reflect_target
+from wal_sink.mysql.upsert import build_delete, build_upsert
+from wal_sink.wal.quarantine import Entry
+from wal_sink.wal.reader import StagedBatch, WalReader
 
 log = logging.getLogger(__name__)
 

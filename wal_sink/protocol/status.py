@@ -12,11 +12,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import ProgrammingError
 
-from wal_sink.instance import SinkInstance
-from wal_sink.mysql_errors import error_code
-from wal_sink.outbox import Outbox
-from wal_sink.quarantine import Quarantine
-from wal_sink.recovery import unacked_batches
+from wal_sink.mysql.errors import error_code
+from wal_sink.protocol.outbox import Outbox
+from wal_sink.protocol.recovery import unacked_batches
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.wal.quarantine import Quarantine
 
 NO_SUCH_TABLE = 1146
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wal_sink.batch_rows import ChunkCallback
-from wal_sink.committer import CommitResult
 from wal_sink.errors import TerminalError
-from wal_sink.instance import SinkInstance
-from wal_sink.recovery import unacked_batches
+from wal_sink.protocol.batch_rows import ChunkCallback
+from wal_sink.protocol.committer import CommitResult
+from wal_sink.protocol.recovery import unacked_batches
+from wal_sink.protocol.sink_instance import SinkInstance
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ profile when the JVM starts (see wal_sink/spark_logging.py).
 ``--hadoop-version`` prints the Hadoop version pyspark bundles, at which ``make
 jars`` fetches hadoop-aws (S3A).
 
-Usage: python -m wal_sink.spark_defaults JAR_DIR | --hadoop-version
+Usage: python -m wal_sink.spark.defaults JAR_DIR | --hadoop-version
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pyspark
 
-LOG4J2_PROFILE = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+LOG4J2_PROFILE = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"
 
 
 def write_defaults(jar_dir: Path) -> Path:
@@ -35,7 +35,7 @@ def write_defaults(jar_dir: Path) -> Path:
     conf_dir.mkdir(exist_ok=True)
     target = conf_dir / "spark-defaults.conf"
     lines = [
-        "# Written by `python -m wal_sink.spark_defaults` (make jars); do not edit.",
+        "# Written by `python -m wal_sink.spark.defaults` (make jars); do not edit.",
         f"spark.jars {','.join(jars)}",
     ]
     target.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -22,8 +22,8 @@ from deltalake.exceptions import CommitFailedError
 
 from wal_sink.errors import TransientError
 from wal_sink.storage import Storage
-from wal_sink.storage_errors import storage_error
-from wal_sink.wal import BATCH_COLUMN
+from wal_sink.wal.reader import BATCH_COLUMN
+from wal_sink.wal.storage_errors import storage_error
 
 DELETE_IDS_PER_COMMIT = 1000
 COMMIT_ATTEMPTS = 10

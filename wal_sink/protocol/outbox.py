@@ -19,7 +19,7 @@ import logging
 
 from sqlalchemy import Connection, Engine, Table, delete, func, insert, select
 
-from wal_sink.quarantine import Entry, Quarantine, record_json
+from wal_sink.wal.quarantine import Entry, Quarantine, record_json
 
 log = logging.getLogger(__name__)
 

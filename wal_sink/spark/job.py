@@ -18,23 +18,23 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from wal_sink.checkpoint import last_planned_batch
 from wal_sink.config import Config
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, StopRequested, TerminalError, first_line
 from wal_sink.metrics import SinkMetrics
-from wal_sink.pipeline import Applied
-from wal_sink.quarantine import Entry, Quarantine
-from wal_sink.recovery import check_checkpoint
-from wal_sink.restart import RestartPolicy
-from wal_sink.sink import WalSink
-from wal_sink.source import (
+from wal_sink.protocol.pipeline import Applied
+from wal_sink.protocol.recovery import check_checkpoint
+from wal_sink.spark.checkpoint import last_planned_batch
+from wal_sink.spark.restart import RestartPolicy
+from wal_sink.spark.sink import WalSink
+from wal_sink.spark.source import (
     CORRUPT_COLUMN,
     corrupt_records,
     read_source,
     streaming_frame,
 )
-from wal_sink.stop import GracefulStop
+from wal_sink.spark.stop import GracefulStop
+from wal_sink.wal.quarantine import Entry, Quarantine
 
 log = logging.getLogger("wal_sink.job")
 

@@ -22,7 +22,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from wal_sink.errors import TransientError
 from wal_sink.storage import Storage
-from wal_sink.wal import open_parquet
+from wal_sink.wal.reader import open_parquet
 
 SCHEMA = pa.schema(
     [

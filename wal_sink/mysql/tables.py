@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import MysqlConfig
 from wal_sink.errors import ConfigError, first_line
-from wal_sink.mysql_errors import error_code
+from wal_sink.mysql.errors import error_code
 
 SINK_ID_LENGTH = 128
 APPLY_ID_LENGTH = 32

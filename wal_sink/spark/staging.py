@@ -28,9 +28,9 @@ from wal_sink import faults
 from wal_sink.config import RESERVED_PREFIX
 from wal_sink.errors import TerminalError
 from wal_sink.storage import join, spark_uri
-from wal_sink.storage_errors import storage_error
-from wal_sink.wal import BATCH_COLUMN, SEQ_COLUMN, StagedBatch, StagedFile
-from wal_sink.wal_writer import WalWriter, WrittenFile
+from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN, StagedBatch, StagedFile
+from wal_sink.wal.storage_errors import storage_error
+from wal_sink.wal.writer import WalWriter, WrittenFile
 
 # Set for the write only. Spark writes TIMESTAMP columns as INT96 unless told
 # otherwise; INT96 is deprecated, has no statistics and is read as nanoseconds. A

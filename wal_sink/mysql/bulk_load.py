@@ -28,10 +28,10 @@ from sqlalchemy import Connection, Table, literal_column, select, table, text
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink.arrow_text import renderable, tsv
 from wal_sink.config import MysqlConfig
-from wal_sink.mysql_errors import error_code
-from wal_sink.upsert import update_assignments
+from wal_sink.mysql.arrow_text import renderable, tsv
+from wal_sink.mysql.errors import error_code
+from wal_sink.mysql.upsert import update_assignments
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection
 
-from wal_sink.acks import AckTable
-from wal_sink.committer import CommitResult, Committer
 from wal_sink.errors import CheckpointResetError
-from wal_sink.wal import BatchState, WalReader
+from wal_sink.mysql.acks import AckTable
+from wal_sink.protocol.committer import CommitResult, Committer
+from wal_sink.wal.reader import BatchState, WalReader
 
 log = logging.getLogger(__name__)
 

@@ -31,18 +31,18 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink import faults
-from wal_sink.acks import Ack, AckTable
-from wal_sink.batch_rows import ChunkCallback, RowApplier
 from wal_sink.config import Config
 from wal_sink.errors import FencedError, TerminalError, TransientError, first_line
-from wal_sink.lease import check as check_lease
 from wal_sink.metrics import SinkMetrics
-from wal_sink.mysql_errors import mysql_error
-from wal_sink.outbox import Outbox
-from wal_sink.quarantine import Quarantine
-from wal_sink.retry import OutageBudget
-from wal_sink.schema import sink_tables
-from wal_sink.wal import BatchState, StagedBatch, WalReader
+from wal_sink.mysql.acks import Ack, AckTable
+from wal_sink.mysql.errors import mysql_error
+from wal_sink.mysql.lease import check as check_lease
+from wal_sink.mysql.tables import sink_tables
+from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
+from wal_sink.protocol.outbox import Outbox
+from wal_sink.protocol.retry import OutageBudget
+from wal_sink.wal.quarantine import Quarantine
+from wal_sink.wal.reader import BatchState, StagedBatch, WalReader
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from wal_sink.errors import ConfigError
 from wal_sink.storage import Storage, is_s3, join
-from wal_sink.storage_errors import storage_error
+from wal_sink.wal.storage_errors import storage_error
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from deltalake.exceptions import TableNotFoundError
 from wal_sink import faults
 from wal_sink.errors import TerminalError, WalSinkError
 from wal_sink.storage import Storage
-from wal_sink.storage_errors import storage_error
+from wal_sink.wal.storage_errors import storage_error
 
 BATCH_COLUMN = "_wal_batch_id"
 SEQ_COLUMN = "_wal_seq"

@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy import Connection, Table, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from wal_sink.mysql_errors import DUPLICATE_KEY, error_code
+from wal_sink.mysql.errors import DUPLICATE_KEY, error_code
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from wal_sink.instance import SinkInstance
-from wal_sink.wal_maintenance import delete_batches
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.wal.maintenance import delete_batches
 
 
 @dataclass(frozen=True)

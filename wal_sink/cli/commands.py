@@ -19,17 +19,23 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table as RichTable
 from sqlalchemy.exc import DBAPIError
 
+from wal_sink.cli.render import (
+    ids,
+    quarantine_table,
+    rows_table,
+    size,
+    status_table,
+)
 from wal_sink.config import Config, load_config
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, WalSinkError
-from wal_sink.exit import exit_now
-from wal_sink.mysql_errors import mysql_error
+from wal_sink.exit_status import exit_now
+from wal_sink.mysql.errors import mysql_error
 
 if TYPE_CHECKING:
-    from wal_sink.instance import SinkInstance
+    from wal_sink.protocol.sink_instance import SinkInstance
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -87,7 +93,7 @@ def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
 @contextmanager
 def _instance(ctx: click.Context) -> Iterator[SinkInstance]:
     # Imported here: delta-rs and pyarrow are not needed for --help or usage errors.
-    from wal_sink.instance import SinkInstance
+    from wal_sink.protocol.sink_instance import SinkInstance
 
     if ctx.obj is None:
         raise click.UsageError("give the sink's config: -c FILE (or WAL_SINK_CONFIG)")
@@ -107,7 +113,7 @@ def init_db_command(ctx: click.Context) -> None:
 
     Example: wal-sink -c conf/local.toml init-db
     """
-    from wal_sink.schema import init_db
+    from wal_sink.mysql.tables import init_db
 
     with _instance(ctx) as sink:
         init_db(sink.engine, sink.config.mysql)
@@ -140,12 +146,12 @@ def status(
 
     Example: wal-sink -c conf/local.toml status --watch --interval 5
     """
-    from wal_sink.status import collect_status
+    from wal_sink.protocol.status import collect_status
 
     if interval is not None and not watch:
         raise click.UsageError("--interval goes with --watch")
     if watch:
-        from wal_sink.status_watch import watch as watch_status
+        from wal_sink.cli.watch import watch as watch_status
 
         with _instance(ctx) as sink:
             watch_status(sink, interval or 2.0, out, as_json)
@@ -155,55 +161,7 @@ def status(
     if as_json:
         click.echo(json.dumps(st.to_json(), sort_keys=True, indent=2))
         return
-    table = RichTable(
-        title=f"sink {st.sink_id}", show_header=False, title_justify="left"
-    )
-    table.add_column(style="bold")
-    table.add_column()
-    unacked = ", ".join(map(str, st.unacked[:20])) + (
-        " …" if len(st.unacked) > 20 else ""
-    )
-    for label, value in [
-        ("WAL", st.wal_path + ("" if st.wal_exists else "  (nothing staged yet)")),
-        (
-            "staged batches",
-            f"{st.staged_batches}  ({_span(st.staged_first, st.staged_last)})",
-        ),
-        ("last staged", _maybe(st.last_staged_txn)),
-        (
-            "acked batches",
-            f"{st.acked_batches}  ({_span(st.acked_first, st.acked_last)})",
-        ),
-        (
-            "pending",
-            f"{st.pending_batches} staged, not applied"
-            + (f": {unacked}" if st.unacked else "")
-            + (
-                f"; the oldest waits {st.commit_lag_seconds:.1f}s"
-                if st.commit_lag_seconds
-                else ""
-            ),
-        ),
-        (
-            "rows applied",
-            f"{st.rows_applied} upserted, {st.rows_deleted} deleted, "
-            f"{st.rows_quarantined} quarantined"
-            + (f" ({st.outbox_rows} on their way)" if st.outbox_rows else ""),
-        ),
-        (
-            "WAL size",
-            f"{st.wal_rows} rows, {st.wal_files} files, {_bytes(st.wal_bytes)}",
-        ),
-        (
-            "last commit",
-            _maybe(st.last_commit_at)
-            + (f"  ({st.lag_seconds:.1f}s ago)" if st.lag_seconds is not None else ""),
-        ),
-        ("lag", f"{_maybe(st.lag_batches)} batch(es) staged beyond the last ack"),
-        ("lease", f"epoch {_maybe(st.lease_epoch)}, {_maybe(st.lease_holder)}"),
-    ]:
-        table.add_row(label, value)
-    out.print(table)
+    out.print(status_table(st))
     if not st.ack_tables_exist:
         err.print("note: the ack and lease tables do not exist yet; run init-db")
 
@@ -254,7 +212,7 @@ def replay(
 
     Example: wal-sink -c conf/local.toml replay --from 10 --to 12 --force --dry-run
     """
-    from wal_sink.replay import plan_replay, run_replay
+    from wal_sink.protocol.replay import plan_replay, run_replay
 
     if first > last:
         raise click.UsageError(f"--from {first} is after --to {last}")
@@ -263,18 +221,18 @@ def replay(
         verb = "would apply" if dry_run else "applying"
         out.print(
             f"{verb} {len(plan.apply)} batch(es), {plan.rows} rows"
-            + (f": {_ids(plan.apply)}" if plan.apply else "")
+            + (f": {ids(plan.apply)}" if plan.apply else "")
         )
         if plan.skipped_acked:
             out.print(
-                f"skipping acked batch(es) {_ids(plan.skipped_acked)} "
+                f"skipping acked batch(es) {ids(plan.skipped_acked)} "
                 "(use --force to re-apply)"
             )
         if plan.missing:
-            out.print(f"not in the WAL (never staged or purged): {_ids(plan.missing)}")
+            out.print(f"not in the WAL (never staged or purged): {ids(plan.missing)}")
         if plan.re_adds:
             warning = (
-                f"batch(es) {_ids(plan.reapplied_acked)} are already applied: "
+                f"batch(es) {ids(plan.reapplied_acked)} are already applied: "
                 f"replaying adds their values to {', '.join(plan.add_columns)} "
                 "AGAIN"
             )
@@ -350,8 +308,8 @@ def purge(
 
     Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
     """
-    from wal_sink.conditional_put import check_conditional_put
-    from wal_sink.purge import plan_purge
+    from wal_sink.protocol.purge import plan_purge
+    from wal_sink.wal.conditional_put import check_conditional_put
 
     if (before is None) == (older_than is None):
         raise click.UsageError(
@@ -369,17 +327,17 @@ def purge(
         verb = "would remove" if dry_run else "removing"
         out.print(
             f"{verb} {len(plan.remove)} acked batch(es), {plan.rows} rows, "
-            f"{_bytes(plan.bytes)}" + (f": {_ids(plan.remove)}" if plan.remove else "")
+            f"{size(plan.bytes)}" + (f": {ids(plan.remove)}" if plan.remove else "")
         )
         if plan.kept_unacked:
             out.print(
-                f"keeping unacked batch(es) {_ids(plan.kept_unacked)}: "
+                f"keeping unacked batch(es) {ids(plan.kept_unacked)}: "
                 "run `wal-sink recover` to apply them"
             )
         if not sink.wal.exists() or (dry_run and not do_vacuum):
             return
-        from wal_sink.purge import execute_purge
-        from wal_sink.wal_maintenance import vacuum
+        from wal_sink.protocol.purge import execute_purge
+        from wal_sink.wal.maintenance import vacuum
 
         if not dry_run and plan.remove:
             forgotten = execute_purge(sink, plan)
@@ -389,7 +347,7 @@ def purge(
                 sink.wal.path, sink.wal.storage, retain_seconds, dry_run=dry_run
             )
             verb = "vacuum would free" if dry_run else "vacuum freed"
-            out.print(f"{verb} {_bytes(result.bytes)} in {result.files} file(s)")
+            out.print(f"{verb} {size(result.bytes)} in {result.files} file(s)")
 
 
 @main.command()
@@ -420,26 +378,12 @@ def inspect(
         raise click.UsageError("give a batch id, or --quarantine")
     with _instance(ctx) as sink:
         if quarantine:
-            from wal_sink.quarantine import Quarantine
+            from wal_sink.wal.quarantine import Quarantine
 
             entries = Quarantine(
                 sink.config.quarantine_path, sink.sink_id, storage=sink.config.storage
             ).read(limit, batch_id)
-            table = RichTable(
-                title=f"quarantine {sink.config.quarantine_path}: "
-                f"showing {len(entries)}",
-                title_justify="left",
-            )
-            for name in ("batch", "reason", "record", "recorded at"):
-                table.add_column(name, overflow="fold")
-            for e in entries:
-                table.add_row(
-                    str(e["batch_id"]),
-                    e["reason"],
-                    e["record"],
-                    e["recorded_at"].isoformat(timespec="seconds"),
-                )
-            out.print(table)
+            out.print(quarantine_table(sink.config.quarantine_path, entries))
             return
         batch = sink.wal.staged_batch(batch_id)
         if batch is None:
@@ -448,16 +392,7 @@ def inspect(
                 EXIT_FAILED,
             )
         rows = sink.wal.head(batch, limit)
-    table = RichTable(
-        title=f"batch {batch_id}: {batch.rows} rows in "
-        f"{len(batch.files)} file(s), showing {len(rows)}",
-        title_justify="left",
-    )
-    for name in rows[0].keys() if rows else []:
-        table.add_column(name)
-    for row in rows:
-        table.add_row(*("NULL" if v is None else str(v) for v in row.values()))
-    out.print(table)
+    out.print(rows_table(batch, rows))
 
 
 @main.command("config-schema")
@@ -480,24 +415,3 @@ def run() -> None:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     exit_now(code)
-
-
-def _span(first: int | None, last: int | None) -> str:
-    return "none" if first is None else f"{first}..{last}"
-
-
-def _maybe(value: object) -> str:
-    return "-" if value is None else str(value)
-
-
-def _ids(ids: tuple[int, ...]) -> str:
-    shown = ", ".join(map(str, ids[:20]))
-    return shown + (f" … ({len(ids)} in all)" if len(ids) > 20 else "")
-
-
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"

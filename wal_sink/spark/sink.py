@@ -28,17 +28,17 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink import lease
-from wal_sink.checkpoint import batch_timestamp_ms, last_planned_batch
-from wal_sink.committer import CommitResult
 from wal_sink.config import Config, load_config
 from wal_sink.errors import CheckpointResetError, FencedError, first_line
-from wal_sink.instance import SinkInstance
 from wal_sink.metrics import SinkMetrics
-from wal_sink.mysql_errors import is_transient, mysql_error
-from wal_sink.pipeline import Applied, Handoff, Pipeline
-from wal_sink.recovery import check_checkpoint
-from wal_sink.staging import stage
+from wal_sink.mysql import lease
+from wal_sink.mysql.errors import is_transient, mysql_error
+from wal_sink.protocol.committer import CommitResult
+from wal_sink.protocol.pipeline import Applied, Handoff, Pipeline
+from wal_sink.protocol.recovery import check_checkpoint
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.spark.checkpoint import batch_timestamp_ms, last_planned_batch
+from wal_sink.spark.staging import stage
 
 log = logging.getLogger(__name__)
 

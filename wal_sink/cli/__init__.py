@@ -1,0 +1,1 @@
+"""The `wal-sink` operations CLI (click). Never imports pyspark."""
