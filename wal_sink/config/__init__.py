@@ -1,0 +1,43 @@
+"""The TOML contract: its sections (sections.py) and reading a file (loading.py)."""
+
+from wal_sink.config.loading import (
+    config_from_dict,
+    config_schema,
+    load_config,
+    mysql_password,
+)
+from wal_sink.config.sections import (
+    RESERVED_PREFIX,
+    SPARK_LOG_LEVELS,
+    CdcConfig,
+    Config,
+    JobConfig,
+    MysqlConfig,
+    RestartConfig,
+    SinkConfig,
+    SourceConfig,
+    TransformConfig,
+    WalConfig,
+    WatermarkConfig,
+    spark_log_level,
+)
+
+__all__ = [
+    "RESERVED_PREFIX",
+    "SPARK_LOG_LEVELS",
+    "CdcConfig",
+    "Config",
+    "JobConfig",
+    "MysqlConfig",
+    "RestartConfig",
+    "SinkConfig",
+    "SourceConfig",
+    "TransformConfig",
+    "WalConfig",
+    "WatermarkConfig",
+    "config_from_dict",
+    "config_schema",
+    "load_config",
+    "mysql_password",
+    "spark_log_level",
+]
