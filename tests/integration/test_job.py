@@ -281,25 +281,6 @@ def test_restart_after_a_failure_recovers_and_drains(db, tmp_path):
     assert totals(db, "retry") == {"a": Decimal("3.00")}
 
 
-def test_sigterm_stops_after_the_current_batch(db, tmp_path):
-    fresh_table(db, "term")
-    config = landing_config(db, tmp_path, "term")
-    log = tmp_path / "job.log"
-    job = JobProcess(config, log)
-    deadline = time.monotonic() + 120
-    while "batch 0 applied" not in log.read_text(errors="replace"):
-        assert time.monotonic() < deadline and job.proc.poll() is None, job.tail()
-        time.sleep(0.2)
-    os.killpg(job.proc.pid, signal.SIGTERM)
-    assert job.wait(timeout=120) == 0, job.tail()
-    assert "stopping after the current batch" in job.text()
-    staged = db.rows("SELECT COUNT(*) FROM wal_sink_ack")[0][0]
-    from deltalake import DeltaTable
-
-    wal = DeltaTable(str(tmp_path / "wal"))
-    assert wal.transaction_version("term") == staged - 1, "nothing staged without ack"
-
-
 def test_bad_config_exits_two_with_one_line(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[sink]\nid = 'x'\n")
