@@ -6,6 +6,10 @@ A chunk goes as multi-row INSERTs rendered in Arrow (or through LOAD DATA with
 goes value by value through the driver. Rows with a null key, NaN or infinity, or
 values MySQL rejects (isolated under savepoints by bisecting the chunk) are set aside
 for the quarantine; the rest of the batch is applied.
+
+MySQL executing a chunk's statements and the client reading and rendering the next
+chunk overlap: one chunk ahead is read from the WAL (and rendered, on the multi-row
+path) on a thread of its own while the current one executes.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from sqlalchemy import Connection, Engine, Executable, MetaData, Table, text
@@ -32,6 +37,8 @@ log = logging.getLogger(__name__)
 
 ChunkCallback = Callable[[int, int], None]
 """Called after each applied chunk with (rows so far, rows in the batch)."""
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 class RowApplier:
@@ -61,7 +68,9 @@ class RowApplier:
         remove = build_delete(target, mysql) if cdc else None
         rows = deleted = done = 0
         bad: list[Entry] = []
-        for chunk in self.wal.read_batch(batch, self.config.wal.chunk_rows):
+        ahead = _Renderer(mysql.key)
+        chunks = self.wal.read_batch(batch, self.config.wal.chunk_rows)
+        for chunk, statements in prefetched(chunks, ahead.render):
             if upsert is None:
                 columns = [
                     c for c in chunk.schema.names if not cdc or c != cdc.op_column
@@ -73,7 +82,13 @@ class RowApplier:
                     )
                     if mysql.local_infile and BulkLoader.supports(conn, chunk.schema):
                         loader = BulkLoader(target, columns, mysql, self.sink_id)
-            applied = None if cdc else self._apply_rendered(conn, chunk, loader, multi)
+                    else:
+                        ahead.multi = multi  # chunks from the next one on
+            applied = (
+                None
+                if cdc
+                else self._apply_rendered(conn, chunk, loader, multi, statements)
+            )
             if applied is not None:
                 rows += applied
             else:
@@ -101,16 +116,21 @@ class RowApplier:
         chunk: pa.RecordBatch,
         loader: BulkLoader | None,
         multi: MultiRowUpsert | None,
+        statements: list[str] | None = None,
     ) -> int | None:
         """Apply a chunk rendered in Arrow (LOAD DATA if enabled, else multi-row
-        INSERTs); None means: let the driver render it value by value, which
-        quarantines null keys and isolates rows MySQL rejects."""
+        INSERTs, ``statements`` if rendered ahead); None means: let the driver
+        render it value by value, which quarantines null keys and isolates rows
+        MySQL rejects."""
         if any(chunk.column(k).null_count for k in self.config.mysql.key):
             return None
         if loader is not None and self._bulk_load_allowed:
             applied = self._attempt(conn, loader.apply, chunk)
             if applied is not None:
                 return applied
+        if statements is not None:  # rendered ahead: renders(chunk) held
+            multi.rendered_ahead(chunk, statements)
+            return self._attempt(conn, multi.apply, chunk)
         if multi is not None and multi.renders(chunk):
             return self._attempt(conn, multi.apply, chunk)
         return None
@@ -146,6 +166,48 @@ class RowApplier:
             return None
         savepoint.commit()
         return applied
+
+
+class _Renderer:
+    """Renders a chunk's multi-row statements ahead (on the prefetch thread), once
+    ``multi`` is known; None for chunks that go another way (null keys, NaN or
+    infinity, or before ``multi`` is set)."""
+
+    def __init__(self, key: tuple[str, ...]) -> None:
+        self.key = key
+        self.multi: MultiRowUpsert | None = None
+
+    def render(self, chunk: pa.RecordBatch) -> list[str] | None:
+        multi = self.multi
+        if (
+            multi is None
+            or any(chunk.column(k).null_count for k in self.key)
+            or not multi.renders(chunk)
+        ):
+            return None
+        return multi.render(chunk)
+
+
+def prefetched(items: Iterator[T], prepare: Callable[[T], U]) -> Iterator[tuple[T, U]]:
+    """``(item, prepare(item))`` for each of ``items``, in order. The next item is
+    taken and prepared on a thread of its own while the caller works on the current
+    one: one ahead, so at most two items are held besides the caller's. What taking
+    or preparing an item raises is raised here, in order; when the caller stops
+    early, the item in progress is finished and dropped."""
+    end = object()
+
+    def take() -> tuple[Any, Any]:
+        item = next(items, end)
+        return (item, None) if item is end else (item, prepare(item))
+
+    with ThreadPoolExecutor(1, thread_name_prefix="wal-sink-prefetch") as pool:
+        ahead = pool.submit(take)
+        while True:
+            item, prepared = ahead.result()
+            if item is end:
+                return
+            ahead = pool.submit(take)
+            yield item, prepared
 
 
 def reflect_target(engine: Engine, name: str) -> Table:
