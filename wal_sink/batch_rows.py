@@ -163,12 +163,21 @@ class RowApplier:
             applied = self._attempt(conn, loader.apply, chunk)
             if applied is not None:
                 return applied
-        if statements is not None:  # rendered ahead: renders(chunk) held
-            multi.rendered_ahead(chunk, statements)
+        if statements is None:  # not rendered ahead
+            if multi is None or not multi.renders(chunk):
+                return None
+            statements = multi.render(chunk)
+        multi.rendered_ahead(chunk, statements)
+        if len(statements) > 1:
             return self._attempt(conn, multi.apply, chunk)
-        if multi is not None and multi.renders(chunk):
-            return self._attempt(conn, multi.apply, chunk)
-        return None
+        # One statement needs no savepoint: InnoDB (preflight) undoes a failed
+        # statement's effects by itself, and the transaction goes on.
+        try:
+            return multi.apply(conn, chunk)
+        except DBAPIError as e:
+            if not is_row_error(e):
+                raise  # the transaction is retried whole
+            return None
 
     def _attempt(
         self,
