@@ -6,6 +6,7 @@ streamed through ``foreachBatch`` + ``df.write.jdbc`` append (bench/jdbc_append_
 MariaDB Connector/J). Goal >= 1.0: baseline cost / ours (higher is better).
 
 Usage: python -m bench.micro_batch_cost [FEW MANY] [--repeat N] [--no-profile]
+                                        [--logs DIR]
 Each side runs once over FEW files and once over MANY (default 5 and 45), as a new
 process with a new checkpoint, WAL, sink id and an emptied table each time; the
 per-batch cost is the slope (t_many - t_few) / (MANY - FEW), so JVM start-up and
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import time
@@ -222,7 +224,13 @@ def _med(values: list[float]) -> str:
     return f"{statistics.median(values):.0f}" if values else "-"
 
 
-def main(few: int = 5, many: int = 45, repeat: int = 3, profile: bool = True) -> None:
+def main(
+    few: int = 5,
+    many: int = 45,
+    repeat: int = 3,
+    profile: bool = True,
+    logs: Path | None = None,
+) -> None:
     with Bench("microbatch") as bench:
         bench.sql(
             f"CREATE TABLE job_target {TABLE}", f"CREATE TABLE jdbc_target {TABLE}"
@@ -276,6 +284,10 @@ def main(few: int = 5, many: int = 45, repeat: int = 3, profile: bool = True) ->
             print("\n".join(progress_summary(ours_log)))
             print(" JDBC append:")
             print("\n".join(progress_summary(base_log)))
+        if logs is not None:  # the runs' logs, for a closer look
+            logs.mkdir(parents=True, exist_ok=True)
+            for log in bench.dir.glob("*.log"):
+                shutil.copy(log, logs / log.name)
 
 
 def _s(values: list[float], digits: int = 1) -> str:
@@ -287,5 +299,11 @@ if __name__ == "__main__":
     parser.add_argument("counts", nargs="*", type=int, default=[5, 45])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--logs", type=Path, help="copy the runs' logs here")
     args = parser.parse_args()
-    main(*args.counts[:2], repeat=args.repeat, profile=not args.no_profile)
+    main(
+        *args.counts[:2],
+        repeat=args.repeat,
+        profile=not args.no_profile,
+        logs=args.logs,
+    )
