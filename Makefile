@@ -74,11 +74,14 @@ test-unit: venv
 # Benchmarks print ratios against a baseline measured in the same run (bench/).
 bench: setup
 	$(PY) -m bench.commit_ratio
+	$(PY) -m bench.catch_up
 	$(PY) -m bench.end_to_end_ratio
+	$(PY) -m bench.micro_batch_cost
 	$(PY) -m bench.staging_ratio
 	$(PY) -m bench.staging_ratio_s3
 	$(PY) -m bench.driver_memory
 	$(PY) -m bench.status_latency
+	$(PY) -m bench.ack_table_latency
 
 clean:
 	rm -rf $(VENV) $(DELTA_VENV) .jars var .pytest_cache

@@ -1,6 +1,6 @@
 """Commit ratio: rows/s of the sink's committer applying a staged batch (upserts and
 ack, one transaction) vs. the server's own set-based upsert of the same rows
-(INSERT … SELECT … ON DUPLICATE KEY UPDATE from an identical table). Goal >= 0.7.
+(INSERT … SELECT … ON DUPLICATE KEY UPDATE from an identical table). Goal >= 0.9.
 
 Usage: python -m bench.commit_ratio [ROWS]
 Runs alternate (row path, LOAD DATA path, server, …) and the medians are compared.
@@ -23,6 +23,17 @@ from wal_sink.wal.writer import WalWriter
 TABLE = (
     "(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(14,2), label VARCHAR(32), "
     "seq BIGINT) ENGINE=InnoDB"
+)
+# The baseline: the server's own set-based upsert, with the sink's merge policy
+# (``amount`` added, ``label`` and ``seq`` guarded by ``seq``), in staged order.
+SERVER_SQL = (
+    "INSERT INTO server_target (k, amount, label, seq) "
+    "SELECT k, amount, label, seq FROM source ORDER BY seq "
+    "ON DUPLICATE KEY UPDATE amount = COALESCE(server_target.amount, 0) + "
+    "COALESCE(VALUES(amount), 0), label = IF(server_target.seq IS NULL OR "
+    "VALUES(seq) >= server_target.seq, VALUES(label), server_target.label), "
+    "seq = IF(server_target.seq IS NULL OR VALUES(seq) >= server_target.seq, "
+    "VALUES(seq), server_target.seq)"
 )
 
 
@@ -60,15 +71,6 @@ def main(rows: int = 200_000, repeat: int = 5) -> None:
             password=os.environ["WAL_SINK_MYSQL_PASSWORD"],
             driver="org.mariadb.jdbc.Driver",
         ).mode("append").save()
-        server_sql = (
-            "INSERT INTO server_target (k, amount, label, seq) "
-            "SELECT k, amount, label, seq FROM source ORDER BY seq "
-            "ON DUPLICATE KEY UPDATE amount = COALESCE(server_target.amount, 0) + "
-            "COALESCE(VALUES(amount), 0), label = IF(server_target.seq IS NULL OR "
-            "VALUES(seq) >= server_target.seq, VALUES(label), server_target.label), "
-            "seq = IF(server_target.seq IS NULL OR VALUES(seq) >= server_target.seq, "
-            "VALUES(seq), server_target.seq)"
-        )
         sink, loaded, server = [], [], []
         for _ in range(repeat):
             bench.sql("TRUNCATE target", "DELETE FROM wal_sink_ack")
@@ -76,7 +78,7 @@ def main(rows: int = 200_000, repeat: int = 5) -> None:
             bench.sql("TRUNCATE fast_target", "DELETE FROM wal_sink_ack")
             loaded.append(rows / seconds(lambda: fast.apply(0)))
             bench.sql("TRUNCATE server_target")
-            server.append(rows / seconds(lambda: bench.sql(server_sql, "COMMIT")))
+            server.append(rows / seconds(lambda: bench.sql(SERVER_SQL, "COMMIT")))
         checksums = {
             t: bench.sql(f"CHECKSUM TABLE {t}")[0][1]
             for t in ("target", "fast_target", "server_target")
@@ -87,8 +89,8 @@ def main(rows: int = 200_000, repeat: int = 5) -> None:
             f"LOAD DATA path {[f'{r:,.0f}' for r in loaded]} rows/s; "
             f"server INSERT…SELECT {[f'{r:,.0f}' for r in server]} rows/s"
         )
-        print(ratio_line("commit ratio, row path", sink, server, ">= 0.7"))
-        print(ratio_line("commit ratio, LOAD DATA path", loaded, server, ">= 0.7"))
+        print(ratio_line("commit ratio, row path", sink, server, ">= 0.9"))
+        print(ratio_line("commit ratio, LOAD DATA path", loaded, server, ">= 0.9"))
         instance.close()
         fast_instance.close()
         spark.stop()

@@ -8,12 +8,16 @@ job drains them with ``--available-now`` semantics, one file per micro-batch
 (``maxFilesPerTrigger = 1``), once on the row path and once with
 ``mysql.local_infile``; the baseline is ``spark.read.parquet(...).write.jdbc(...)``
 with the writer's defaults. Each run starts from an empty table and a new sink id,
-WAL and checkpoint; the tables are compared at the end.
+WAL and checkpoint; the tables are compared at the end. The job's own per-batch log
+lines (``stage_ms``, ``commit_ms``) of the row path are summed up at the end.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import statistics
 import sys
 
 from bench.common import Bench, ratio_line, seconds, spark_session
@@ -26,7 +30,41 @@ TABLE = (
 )
 
 
+class JobLines(logging.Handler):
+    """Collects the job's ``stage_ms`` and ``commit_ms`` while ``active``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.active = False
+        self.stage: list[int] = []
+        self.commit: list[int] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.active:
+            return
+        message = record.getMessage()
+        if m := re.search(r"staged: .*stage_ms=(\d+)", message):
+            self.stage.append(int(m.group(1)))
+        elif m := re.search(r"applied: .*commit_ms=(\d+)", message):
+            self.commit.append(int(m.group(1)))
+
+    def summary(self) -> str:
+        def med(values: list[int]) -> str:
+            return f"{statistics.median(values):.0f}" if values else "-"
+
+        return (
+            f"row path, per batch: stage_ms median {med(self.stage)} "
+            f"({min(self.stage, default=0)}-{max(self.stage, default=0)}), "
+            f"commit_ms median {med(self.commit)} "
+            f"({min(self.commit, default=0)}-{max(self.commit, default=0)})"
+        )
+
+
 def main(rows: int = 400_000, files: int = 4, repeat: int = 3) -> None:
+    lines = JobLines()
+    job_log = logging.getLogger("wal_sink.job")
+    job_log.addHandler(lines)
+    job_log.setLevel(logging.INFO)
     with Bench("e2e") as bench:
         spark = spark_session()
         source = str(bench.dir / "landing")
@@ -79,7 +117,9 @@ def main(rows: int = 400_000, files: int = 4, repeat: int = 3) -> None:
         row_path, load_path, baseline = [], [], []
         for run in range(1, repeat + 1):
             bench.sql("TRUNCATE job_rows", "TRUNCATE job_load", "TRUNCATE jdbc_target")
+            lines.active = True
             row_path.append(rows / seconds(lambda: job("job_rows", run)))
+            lines.active = False
             load_path.append(
                 rows / seconds(lambda: job("job_load", run, local_infile=True))
             )
@@ -96,6 +136,7 @@ def main(rows: int = 400_000, files: int = 4, repeat: int = 3) -> None:
             f"{[f'{r:,.0f}' for r in baseline]} rows/s"
         )
         print(ratio_line("end-to-end ratio, row path", row_path, baseline, ">= 1.0"))
+        print(lines.summary())
         print(
             ratio_line(
                 "end-to-end ratio, LOAD DATA path", load_path, baseline, ">= 1.0"

@@ -148,3 +148,22 @@ def test_nan_and_infinity_are_quarantined_not_rendered(
     assert sorted(r[0] for r in db.rows("SELECT k FROM nans")) == [
         f"n{i}" for i in range(10) if i not in (3, 5)
     ]
+
+
+@pytest.mark.parametrize("statement_bytes", [2000, multi_row.MAX_STATEMENT_BYTES])
+def test_rejected_statement_leaves_nothing_behind(
+    spark, db, make_config, tmp_path, monkeypatch, rendered_calls, statement_bytes
+):
+    """A chunk MySQL rejects, sent as several statements (under a savepoint) or as
+    one (InnoDB undoes the failed statement), is applied once by the driver path:
+    ``amount`` is added exactly once for every row of it."""
+    data = rows(600) + [("k1", Decimal(1), "x" * 41, None, True, None, None, 1)]
+    monkeypatch.setattr(multi_row, "MAX_STATEMENT_BYTES", statement_bytes)
+    result = apply(spark, db, make_config, tmp_path, "partial", data)
+    assert (result.rows, result.quarantined) == (600, 1)
+    assert rendered_calls
+    monkeypatch.setattr(MultiRowUpsert, "for_schema", classmethod(lambda *a: None))
+    apply(spark, db, make_config, tmp_path, "partial_driver", data)
+    assert db.rows(f"SELECT {COLUMNS} FROM partial ORDER BY k") == db.rows(
+        f"SELECT {COLUMNS} FROM partial_driver ORDER BY k"
+    )

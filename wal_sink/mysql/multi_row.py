@@ -38,6 +38,7 @@ class MultiRowUpsert:
             raise ValueError("not a multi-row INSERT this path can build")
         self.columns = order  # the statement's column order
         self.prefix, self.postfix = match.group(1), match.group(3)
+        self._ahead: tuple[pa.RecordBatch, list[str]] | None = None
 
     @classmethod
     def for_schema(
@@ -54,12 +55,28 @@ class MultiRowUpsert:
     def renders(self, chunk: pa.RecordBatch) -> bool:
         return chunk.num_rows > 0 and finite(chunk, self.columns)
 
+    def render(self, chunk: pa.RecordBatch) -> list[str]:
+        """The statements that upsert ``chunk``, in staged order. Needs no
+        connection: the committer renders the next chunk on a thread of its own
+        while MySQL runs the current one's (``rendered_ahead``)."""
+        return [
+            self.prefix + values + self.postfix
+            for values in sql_rows(chunk, self.columns, MAX_STATEMENT_BYTES)
+        ]
+
+    def rendered_ahead(self, chunk: pa.RecordBatch, statements: list[str]) -> None:
+        """Hand over ``render(chunk)`` done beforehand: the next ``apply`` of this
+        very chunk sends these statements instead of rendering them again."""
+        self._ahead = (chunk, statements)
+
     def apply(self, conn: Connection, chunk: pa.RecordBatch) -> int:
         """Upsert ``chunk`` in staged order; raise the DBAPIError MySQL gives."""
-        for values in sql_rows(chunk, self.columns, MAX_STATEMENT_BYTES):
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] is chunk:
+            statements = ahead[1]
+        else:
+            statements = self.render(chunk)
+        for statement in statements:
             # no parameters: the driver leaves the % signs in values alone
-            conn.exec_driver_sql(
-                self.prefix + values + self.postfix,
-                execution_options={"no_parameters": True},
-            )
+            conn.exec_driver_sql(statement, execution_options={"no_parameters": True})
         return chunk.num_rows

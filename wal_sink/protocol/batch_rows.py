@@ -6,6 +6,12 @@ A chunk goes as multi-row INSERTs rendered in Arrow (or through LOAD DATA with
 goes value by value through the driver. Rows with a null key, NaN or infinity, or
 values MySQL rejects (isolated under savepoints by bisecting the chunk) are set aside
 for the quarantine; the rest of the batch is applied.
+
+MySQL executing a chunk's statements and the client reading and rendering the next
+chunk overlap: one chunk ahead is read from the WAL (and rendered, on the multi-row
+path) on a thread of its own while the current one executes. Small files of a batch
+are joined into chunks of up to ``wal.chunk_rows`` rows, and statements are built
+once per schema, not per batch: a backlog of small batches costs fewer round trips.
 """
 
 from __future__ import annotations
@@ -13,10 +19,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from concurrent.futures import Executor, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from sqlalchemy import Connection, Engine, Executable, Table
+from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config
@@ -33,6 +42,8 @@ log = logging.getLogger(__name__)
 
 ChunkCallback = Callable[[int, int], None]
 """Called after each applied chunk with (rows so far, rows in the batch)."""
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 class RowApplier:
@@ -45,6 +56,9 @@ class RowApplier:
         self.sink_id = config.sink.id
         self._target: Table | None = None
         self._bulk_load_allowed = True
+        self._by_schema: list[_Statements] = []
+        self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="wal-sink-prefetch")
+        """Reads (and renders) the next chunk while MySQL executes the current."""
 
     def target(self) -> Table:
         """The reflected target table (once); refuses tables that are not InnoDB."""
@@ -56,25 +70,21 @@ class RowApplier:
         self, conn: Connection, batch: StagedBatch, on_chunk: ChunkCallback | None
     ) -> tuple[int, int, list[Entry]]:
         """Apply the batch in staged order; return (upserted, deleted, set aside)."""
-        target = self.target()
         mysql, cdc = self.config.mysql, self.config.cdc
-        upsert = loader = multi = None
-        remove = build_delete(target, mysql) if cdc else None
+        remove = build_delete(self.target(), mysql) if cdc else None
         rows = deleted = done = 0
         bad: list[Entry] = []
-        for chunk in self.wal.read_batch(batch, self.config.wal.chunk_rows):
-            if upsert is None:
-                columns = [
-                    c for c in chunk.schema.names if not cdc or c != cdc.op_column
-                ]
-                upsert = build_upsert(target, columns, mysql)
-                if not cdc:
-                    multi = MultiRowUpsert.for_schema(
-                        conn, upsert, columns, chunk.schema
-                    )
-                    if mysql.local_infile and BulkLoader.supports(conn, chunk.schema):
-                        loader = BulkLoader(target, columns, mysql, self.sink_id)
-            applied = None if cdc else self._apply_rendered(conn, chunk, loader, multi)
+        chunk_rows = self.config.wal.chunk_rows
+        chunks = _coalesced(self.wal.read_batch(batch, chunk_rows), chunk_rows)
+        for chunk, rendered in prefetched(chunks, self._render_ahead, self._prefetch):
+            found = self._statements(conn, chunk.schema)
+            applied = (
+                None
+                if cdc
+                else self._apply_rendered(
+                    conn, chunk, found.loader, found.multi, rendered
+                )
+            )
             if applied is not None:
                 rows += applied
             else:
@@ -89,12 +99,52 @@ class RowApplier:
                         deleted += _isolating(conn, remove, params, bad)
                     else:
                         rows += _isolating(
-                            conn, upsert, _drop_non_finite(run, bad), bad
+                            conn, found.upsert, _drop_non_finite(run, bad), bad
                         )
             done += chunk.num_rows
             if on_chunk is not None:
                 on_chunk(done, batch.rows)
         return rows, deleted, bad
+
+    def _statements(self, conn: Connection, schema: pa.Schema) -> _Statements:
+        """How chunks of ``schema`` are applied; built once per schema (statements
+        compiled per batch were a tenth of applying a backlog of small batches)."""
+        found = self._known(schema)
+        if found is not None:
+            return found
+        mysql, cdc = self.config.mysql, self.config.cdc
+        target = self.target()
+        columns = [c for c in schema.names if not cdc or c != cdc.op_column]
+        upsert = build_upsert(target, columns, mysql)
+        multi = loader = None
+        if not cdc:
+            multi = MultiRowUpsert.for_schema(conn, upsert, columns, schema)
+            if mysql.local_infile and BulkLoader.supports(conn, schema):
+                loader = BulkLoader(target, columns, mysql, self.sink_id)
+        found = _Statements(schema, upsert, multi, loader)
+        self._by_schema.append(found)
+        return found
+
+    def _known(self, schema: pa.Schema) -> _Statements | None:
+        for known in self._by_schema:  # one per schema the WAL ever had: a few
+            if known.schema.equals(schema):
+                return known
+        return None
+
+    def _render_ahead(self, chunk: pa.RecordBatch) -> list[str] | None:
+        """On the prefetch thread: the chunk's multi-row statements, when that is
+        the way it will go and its schema's statements are built already; None
+        leaves the chunk to the caller."""
+        found = self._known(chunk.schema)
+        if (
+            found is None
+            or found.multi is None
+            or (found.loader is not None and self._bulk_load_allowed)
+            or any(chunk.column(k).null_count for k in self.config.mysql.key)
+            or not found.multi.renders(chunk)
+        ):
+            return None
+        return found.multi.render(chunk)
 
     def _apply_rendered(
         self,
@@ -102,19 +152,33 @@ class RowApplier:
         chunk: pa.RecordBatch,
         loader: BulkLoader | None,
         multi: MultiRowUpsert | None,
+        statements: list[str] | None = None,
     ) -> int | None:
         """Apply a chunk rendered in Arrow (LOAD DATA if enabled, else multi-row
-        INSERTs); None means: let the driver render it value by value, which
-        quarantines null keys and isolates rows MySQL rejects."""
+        INSERTs, ``statements`` if rendered ahead); None means: let the driver
+        render it value by value, which quarantines null keys and isolates rows
+        MySQL rejects."""
         if any(chunk.column(k).null_count for k in self.config.mysql.key):
             return None
         if loader is not None and self._bulk_load_allowed:
             applied = self._attempt(conn, loader.apply, chunk)
             if applied is not None:
                 return applied
-        if multi is not None and multi.renders(chunk):
+        if statements is None:  # not rendered ahead
+            if multi is None or not multi.renders(chunk):
+                return None
+            statements = multi.render(chunk)
+        multi.rendered_ahead(chunk, statements)
+        if len(statements) > 1:
             return self._attempt(conn, multi.apply, chunk)
-        return None
+        # One statement needs no savepoint: InnoDB (preflight) undoes a failed
+        # statement's effects by itself, and the transaction goes on.
+        try:
+            return multi.apply(conn, chunk)
+        except DBAPIError as e:
+            if not is_row_error(e):
+                raise  # the transaction is retried whole
+            return None
 
     def _attempt(
         self,
@@ -147,6 +211,64 @@ class RowApplier:
             return None
         savepoint.commit()
         return applied
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """What chunks of one schema are applied with."""
+
+    schema: pa.Schema
+    upsert: Insert
+    """Executed by the driver, value by value (the fallback and CDC path)."""
+    multi: MultiRowUpsert | None
+    loader: BulkLoader | None
+
+
+def _coalesced(chunks: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """Consecutive chunks of one schema joined, in order, up to ``rows`` rows: a
+    batch of small files would otherwise cost a statement (and a savepoint) each."""
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for chunk in chunks:
+        if held and (
+            count + chunk.num_rows > rows or not chunk.schema.equals(held[0].schema)
+        ):
+            yield _joined(held)
+            held, count = [], 0
+        held.append(chunk)
+        count += chunk.num_rows
+    if held:
+        yield _joined(held)
+
+
+def _joined(chunks: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return chunks[0] if len(chunks) == 1 else pa.concat_batches(chunks)
+
+
+def prefetched(
+    items: Iterator[T], prepare: Callable[[T], U], pool: Executor
+) -> Iterator[tuple[T, U]]:
+    """``(item, prepare(item))`` for each of ``items``, in order. The next item is
+    taken and prepared on ``pool`` (one thread) while the caller works on the
+    current one: one ahead, so at most two items are held besides the caller's.
+    What taking or preparing an item raises is raised here, in order; when the
+    caller stops early, the item in progress is finished and dropped."""
+    end = object()
+
+    def take() -> tuple[Any, Any]:
+        item = next(items, end)
+        return (item, None) if item is end else (item, prepare(item))
+
+    ahead = pool.submit(take)
+    try:
+        while True:
+            item, prepared = ahead.result()
+            if item is end:
+                return
+            ahead = pool.submit(take)
+            yield item, prepared
+    finally:
+        wait([ahead])  # ``items`` is never advanced by two threads at once
 
 
 def _runs(

@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from wal_sink import faults
 from wal_sink.config import RESERVED_PREFIX
@@ -67,10 +66,9 @@ def stage(
         return None
     if order_by is not None:
         df = df.repartitionByRange(order_by).sortWithinPartitions(order_by)
-    frame = df.select(
-        F.monotonically_increasing_id().alias(SEQ_COLUMN),
-        *[F.col(f"`{c}`") for c in df.columns],
-    )
+    # One expression string, not a Column per stream column: every Column is a
+    # round trip to the JVM, and a small batch's stage is mostly fixed costs.
+    frame = df.selectExpr(f"monotonically_increasing_id() AS {SEQ_COLUMN}", "*")
     attempt = f"{BATCH_COLUMN}={batch_id}/{uuid.uuid4().hex}"
     faults.watch_stage(join(writer.location, f"{BATCH_COLUMN}={batch_id}"), batch_id)
     writer.storage.configure_spark(df.sparkSession)

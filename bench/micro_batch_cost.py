@@ -1,0 +1,309 @@
+"""Micro-batch cost: what one micro-batch costs the real job (``spark-submit
+jobs/stream_to_mysql.py -c … --available-now``: JSON files of 100 rows, one file per
+trigger, staged into the WAL and applied to MySQL exactly once, the parse-error side
+query beside it) vs. the at-least-once job users compare with: the same files
+streamed through ``foreachBatch`` + ``df.write.jdbc`` append (bench/jdbc_append_app.py,
+MariaDB Connector/J). Goal >= 1.0: baseline cost / ours (higher is better).
+
+Usage: python -m bench.micro_batch_cost [FEW MANY] [--repeat N] [--no-profile]
+                                        [--logs DIR]
+Each side runs once over FEW files and once over MANY (default 5 and 45), as a new
+process with a new checkpoint, WAL, sink id and an emptied table each time; the
+per-batch cost is the slope (t_many - t_few) / (MANY - FEW), so JVM start-up and
+everything else done once per run cancels out. Rounds alternate the two sides
+(``--repeat``, default 3); the ratio is of the medians of the per-round slopes.
+
+Where the time goes: the job's own log lines (``batch N staged: … stage_ms=``,
+``batch N applied: … commit_ms=``) of the MANY runs, and, unless ``--no-profile``,
+one more run of each side over MANY files with Spark's streaming progress logged
+(log4j INFO for org.apache.spark.sql.execution.streaming, not in the timed runs):
+each query's per-trigger durations (addBatch is the foreachBatch function; the rest
+is Spark's own per-trigger work: offsets, planning, the offset and commit logs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+from bench.common import Bench, ratio_line
+from devtools.spark_job import REPO, SPARK_SUBMIT, JobProcess, job_env
+
+SCHEMA = "k STRING, amount DECIMAL(12,2), label STRING, seq BIGINT"
+TABLE = (
+    "(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(12,2), label VARCHAR(32), "
+    "seq BIGINT) ENGINE=InnoDB"
+)
+ROWS_PER_FILE = 100
+LOG4J = """\
+rootLogger.level = warn
+rootLogger.appenderRef.console.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yyyy-MM-dd HH:mm:ss,SSS} %p %c: %m%n
+logger.streaming.name = org.apache.spark.sql.execution.streaming
+logger.streaming.level = info
+"""
+STAGED = re.compile(
+    r"^(\S+ \S+) INFO wal_sink\.job: batch (\d+) staged: .*stage_ms=(\d+)"
+)
+APPLIED = re.compile(r"batch (\d+) applied: .*commit_ms=(\d+)")
+
+
+def landing(bench: Bench, files: int) -> Path:
+    """``files`` JSON files of 100 rows each, unique keys, written one after another
+    (the file source takes them in modification-time order)."""
+    path = bench.dir / f"landing_{files}"
+    path.mkdir()
+    for f in range(files):
+        lines = []
+        for i in range(f * ROWS_PER_FILE, (f + 1) * ROWS_PER_FILE):
+            lines.append(
+                json.dumps(
+                    {"k": f"key-{i}", "amount": i % 1000, "label": f"l-{i}", "seq": i}
+                )
+            )
+        (path / f"part-{f:05d}.json").write_text("\n".join(lines) + "\n")
+        os.utime(path / f"part-{f:05d}.json", (time.time(), time.time() + f))
+    return path
+
+
+class Runs:
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.count = 0
+        self.log4j = bench.dir / "log4j2-progress.properties"
+        self.log4j.write_text(LOG4J)
+
+    def _profile_args(self, profile: bool) -> tuple[str, ...]:
+        if not profile:
+            return ()
+        option = f"-Dlog4j2.configurationFile=file:{self.log4j}"
+        return ("--conf", f"spark.driver.extraJavaOptions={option}")
+
+    def ours(
+        self, source: Path, files: int, profile: bool = False
+    ) -> tuple[float, Path]:
+        """The real job over ``source``: (seconds, its log)."""
+        self.count += 1
+        sink_id = f"job_{files}_{self.count}"
+        config = self.bench.dir / f"{sink_id}.toml"
+        config.write_text(f"""
+[sink]
+id = "{sink_id}"
+[source]
+format = "json"
+path = "{source}"
+schema = "{SCHEMA}"
+options = {{ maxFilesPerTrigger = 1 }}
+[wal]
+path = "{self.bench.dir / ("wal_" + sink_id)}"
+[mysql]
+url = "{self.bench.mariadb.sink_url("bench")}"
+table = "job_target"
+key = ["k"]
+[job]
+checkpoint = "{self.bench.dir / ("checkpoint_" + sink_id)}"
+""")
+        self.bench.sql("TRUNCATE job_target")
+        log = self.bench.dir / f"{sink_id}.log"
+        started = time.perf_counter()
+        job = JobProcess(
+            config,
+            log,
+            "--available-now",
+            env=job_env(),
+            submit_args=self._profile_args(profile),
+        )
+        code = job.wait()
+        elapsed = time.perf_counter() - started
+        assert code == 0, job.tail()
+        self._check("job_target", files)
+        return elapsed, log
+
+    def baseline(
+        self, source: Path, files: int, profile: bool = False
+    ) -> tuple[float, Path]:
+        """bench/jdbc_append_app.py over ``source``: (seconds, its log)."""
+        self.count += 1
+        name = f"jdbc_{files}_{self.count}"
+        self.bench.sql("TRUNCATE jdbc_target")
+        log = self.bench.dir / f"{name}.log"
+        url = (
+            f"jdbc:mysql://127.0.0.1:{self.bench.mariadb.port}/bench?permitMysqlScheme"
+        )
+        started = time.perf_counter()
+        with open(log, "ab") as out:
+            proc = subprocess.run(
+                [
+                    SPARK_SUBMIT,
+                    *self._profile_args(profile),
+                    str(REPO / "bench" / "jdbc_append_app.py"),
+                    str(source),
+                    SCHEMA,
+                    str(self.bench.dir / f"checkpoint_{name}"),
+                    url,
+                    "jdbc_target",
+                ],
+                cwd=REPO,
+                env=job_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        elapsed = time.perf_counter() - started
+        assert proc.returncode == 0, log.read_text()[-3000:]
+        self._check("jdbc_target", files)
+        return elapsed, log
+
+    def _check(self, table: str, files: int) -> None:
+        rows = self.bench.sql(f"SELECT COUNT(*) FROM {table}")[0][0]
+        assert rows == files * ROWS_PER_FILE, f"{table}: {rows} rows"
+
+
+def job_log_summary(logs: list[Path]) -> str:
+    """Medians over the job's own per-batch log lines."""
+    stage, commit, gaps = [], [], []
+    for log in logs:
+        stamps = []
+        for line in log.read_text(errors="replace").splitlines():
+            if m := STAGED.search(line):
+                stamps.append(datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f"))
+                stage.append(int(m.group(3)))
+            elif m := APPLIED.search(line):
+                commit.append(int(m.group(2)))
+        gaps += [(b - a).total_seconds() * 1000 for a, b in zip(stamps, stamps[1:])]
+    return (
+        f"job log, MANY runs: stage_ms median {_med(stage)}, commit_ms median "
+        f"{_med(commit)} (behind Spark), time between two 'staged' lines median "
+        f"{_med(gaps)} ms"
+    )
+
+
+def progress_summary(log: Path, skip: int = 3) -> list[str]:
+    """Per query: medians of Spark's per-trigger durations (first ``skip`` triggers
+    left out) and of the time between trigger starts."""
+    text = log.read_text(errors="replace")
+    decoder = json.JSONDecoder()
+    by_query: dict[str, list[dict]] = {}
+    marker = "Streaming query made progress: "
+    for m in re.finditer(re.escape(marker), text):
+        progress, _ = decoder.raw_decode(text, m.end())
+        by_query.setdefault(progress.get("name") or "?", []).append(progress)
+    lines = []
+    for name, progresses in by_query.items():
+        counted = [
+            p for p in progresses if p["batchId"] >= skip and p.get("numInputRows")
+        ]
+        keys = sorted({k for p in counted for k in p["durationMs"]})
+        durations = ", ".join(
+            f"{k} {_med([p['durationMs'].get(k, 0) for p in counted])}" for k in keys
+        )
+        starts = [
+            datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
+            for p in counted
+        ]
+        gaps = [(b - a).total_seconds() * 1000 for a, b in zip(starts, starts[1:])]
+        lines.append(
+            f"  {name}: {len(counted)} triggers; median ms: {durations}; "
+            f"between trigger starts {_med(gaps)}"
+        )
+    return lines
+
+
+def _med(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f}" if values else "-"
+
+
+def main(
+    few: int = 5,
+    many: int = 45,
+    repeat: int = 3,
+    profile: bool = True,
+    logs: Path | None = None,
+) -> None:
+    with Bench("microbatch") as bench:
+        bench.sql(
+            f"CREATE TABLE job_target {TABLE}", f"CREATE TABLE jdbc_target {TABLE}"
+        )
+        sources = {few: landing(bench, few), many: landing(bench, many)}
+        runs = Runs(bench)
+        # warm-up of both (page cache, first MariaDB tables), not counted
+        runs.ours(sources[few], few)
+        runs.baseline(sources[few], few)
+        times: dict[str, dict[int, list[float]]] = {
+            "ours": {few: [], many: []},
+            "baseline": {few: [], many: []},
+        }
+        many_logs = []
+        for _ in range(repeat):
+            for files in (many, few):
+                elapsed, log = runs.ours(sources[files], files)
+                times["ours"][files].append(elapsed)
+                if files == many:
+                    many_logs.append(log)
+                times["baseline"][files].append(runs.baseline(sources[files], files)[0])
+        slope = {
+            side: [
+                (m - f) / (many - few)
+                for m, f in zip(times[side][many], times[side][few])
+            ]
+            for side in times
+        }
+        for side, label in (("ours", "job"), ("baseline", "JDBC append")):
+            print(
+                f"{label}: {few} files {_s(times[side][few])}, {many} files "
+                f"{_s(times[side][many])}; per batch {_s(slope[side], 3)}"
+            )
+        print(
+            ratio_line(
+                "micro-batch cost ratio (baseline cost / ours)",
+                [1 / s for s in slope["ours"]],
+                [1 / s for s in slope["baseline"]],
+                ">= 1.0",
+            )
+            + f"; median per batch {statistics.median(slope['ours']) * 1000:.0f} ms "
+            f"vs {statistics.median(slope['baseline']) * 1000:.0f} ms"
+        )
+        print(job_log_summary(many_logs))
+        if profile:
+            _, ours_log = runs.ours(sources[many], many, profile=True)
+            _, base_log = runs.baseline(sources[many], many, profile=True)
+            print("Spark's streaming progress (one more run each, logged):")
+            print(job_log_summary([ours_log]).replace("MANY runs", "profiled run"))
+            print(" job:")
+            print("\n".join(progress_summary(ours_log)))
+            print(" JDBC append:")
+            print("\n".join(progress_summary(base_log)))
+        if logs is not None:  # the runs' logs, for a closer look
+            logs.mkdir(parents=True, exist_ok=True)
+            for log in bench.dir.glob("*.log"):
+                shutil.copy(log, logs / log.name)
+
+
+def _s(values: list[float], digits: int = 1) -> str:
+    return "[" + ", ".join(f"{v:.{digits}f}" for v in values) + "] s"
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("counts", nargs="*", type=int, default=[5, 45])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--logs", type=Path, help="copy the runs' logs here")
+    args = parser.parse_args()
+    main(
+        *args.counts[:2],
+        repeat=args.repeat,
+        profile=not args.no_profile,
+        logs=args.logs,
+    )
