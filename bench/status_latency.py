@@ -56,7 +56,9 @@ def main(batches: int = 10_000, repeat: int = 5) -> None:
         SinkInstance(config).start()
         build_wal(Path(config.wal_path), batches)
         bench.sql(
-            "INSERT INTO wal_sink_ack SELECT 'bench', seq, 1, 0, 0, 1, NOW(6) "
+            "INSERT INTO wal_sink_ack (sink_id, batch_id, row_count, deleted_count, "
+            "quarantined, epoch, committed_at) "
+            "SELECT 'bench', seq, 1, 0, 0, 1, NOW(6) "
             f"FROM seq_0_to_{batches - 1} WHERE seq % 2 = 0"
         )
         toml = bench.dir / "bench.toml"
