@@ -16,6 +16,7 @@ from wal_sink.errors import CheckpointResetError, TerminalError, TransientError
 from wal_sink.mysql.errors import is_row_error, is_transient, mysql_error
 from wal_sink.protocol.recovery import check_checkpoint, groups
 from wal_sink.protocol.retry import OutageBudget, RetryStopped
+from wal_sink.spark.source import scaled_rate_limits
 from wal_sink.wal.storage_errors import storage_error
 
 
@@ -117,3 +118,20 @@ def test_outage_budget_stops_waiting_when_asked():
     stop.set()
     with pytest.raises(RetryStopped, match="stopped while retrying work"):
         OutageBudget(mysql, "work", stop=stop).wait(TransientError("down"))
+
+
+def test_the_parse_error_query_takes_scaled_rate_limits():
+    options = {
+        "maxFilesPerTrigger": 1,
+        "maxOffsetsPerTrigger": "5000",
+        "maxBytesPerTrigger": "1g",
+        "minOffsetsPerTrigger": 100,
+        "latestFirst": True,
+    }
+    assert scaled_rate_limits(options, 10) == {
+        "maxFilesPerTrigger": "10",
+        "maxOffsetsPerTrigger": "50000",
+        "maxBytesPerTrigger": "1g",
+        "minOffsetsPerTrigger": "100",
+        "latestFirst": "True",
+    }

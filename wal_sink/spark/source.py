@@ -10,6 +10,8 @@ Spark SQL over the temporary view ``source``, with an optional watermark set fir
 
 from __future__ import annotations
 
+import re
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -20,14 +22,19 @@ SOURCE_VIEW = "source"
 CORRUPT_COLUMN = "_wal_corrupt"
 PARSED_FORMATS = ("kafka", "json", "csv")
 PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
+RATE_LIMIT = re.compile(r"max\w*PerTrigger", re.IGNORECASE)
 
 
-def read_source(spark: SparkSession, config: Config) -> DataFrame:
-    """The source as rows; parsed formats carry ``_wal_corrupt`` (raw text or NULL)."""
+def read_source(spark: SparkSession, config: Config, rate_scale: int = 1) -> DataFrame:
+    """The source as rows; parsed formats carry ``_wal_corrupt`` (raw text or NULL).
+
+    ``rate_scale`` multiplies the source's whole-number rate limits
+    (``maxFilesPerTrigger``, ``maxOffsetsPerTrigger``, …) for a query that triggers
+    that many times less often, so it keeps up with the same stream."""
     src = config.source
     if src is None:
         raise ConfigError("config section [source] is missing; the job needs it")
-    reader = spark.readStream.options(**{k: str(v) for k, v in src.options.items()})
+    reader = spark.readStream.options(**scaled_rate_limits(src.options, rate_scale))
     schema = (
         f"{src.schema}, {CORRUPT_COLUMN} STRING"
         if src.format in PARSED_FORMATS
@@ -45,6 +52,16 @@ def read_source(spark: SparkSession, config: Config) -> DataFrame:
     if schema:
         reader = reader.schema(schema)
     return reader.load(src.path)
+
+
+def scaled_rate_limits(options: dict[str, object], scale: int) -> dict[str, str]:
+    """Reader options as text, whole-number ``max…PerTrigger`` limits times
+    ``scale`` (others, such as ``maxBytesPerTrigger = "1g"``, as given)."""
+    scaled = {key: str(value) for key, value in options.items()}
+    for key, value in scaled.items():
+        if RATE_LIMIT.fullmatch(key) and value.isdigit():
+            scaled[key] = str(int(value) * scale)
+    return scaled
 
 
 def corrupt_records(source: DataFrame) -> DataFrame | None:
