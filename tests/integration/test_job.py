@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +17,7 @@ import pytest
 
 from devtools.invoices import InvoiceFeed
 from devtools.kafka import KafkaBroker
-from devtools.mariadb import free_port
+from devtools.spark_cluster import standalone_cluster
 from devtools.spark_job import JobProcess, job_env
 from tests.conftest import REPO
 
@@ -96,6 +93,24 @@ def survive_kills_then_drain(
     assert drain.wait() == 0, drain.tail()
 
 
+def arrive(landing: Path, expected: dict[str, Decimal], files: int, pause: float):
+    """Write ``files`` JSON files of random amounts into ``landing``, each appearing
+    whole (as sources should), and add them up in ``expected``."""
+    for i in range(files):
+        rows = [
+            (f"k{rng.randrange(8)}", Decimal(rng.randrange(1, 10_000)) / 100)
+            for _ in range(rng.randrange(1, 30))
+        ]
+        tmp = landing / f".f{i:03d}.tmp"
+        tmp.write_text(
+            "".join(json.dumps({"k": k, "amount": str(a)}) + "\n" for k, a in rows)
+        )
+        tmp.rename(landing / f"f{i:03d}.json")
+        for k, a in rows:
+            expected[k] = expected.get(k, Decimal(0)) + a
+        time.sleep(pause)
+
+
 def test_files_arriving_while_job_is_killed_land_exactly_once(db, tmp_path):
     print(f"seed {SEED}")
     fresh_table(db, "file_totals")
@@ -114,24 +129,8 @@ options = {{ maxFilesPerTrigger = 2 }}""",
         table="file_totals",
     )
     expected: dict[str, Decimal] = {}
-
-    def arrive() -> None:
-        for i in range(60):
-            rows = [
-                (f"k{rng.randrange(8)}", Decimal(rng.randrange(1, 10_000)) / 100)
-                for _ in range(rng.randrange(1, 30))
-            ]
-            tmp = landing / f".f{i:03d}.tmp"
-            tmp.write_text(
-                "".join(json.dumps({"k": k, "amount": str(a)}) + "\n" for k, a in rows)
-            )
-            tmp.rename(landing / f"f{i:03d}.json")  # appears whole, as sources should
-            for k, a in rows:
-                expected[k] = expected.get(k, Decimal(0)) + a
-            time.sleep(0.5)
-
     log = tmp_path / "job.log"
-    survive_kills_then_drain(config, log, arrive)
+    survive_kills_then_drain(config, log, lambda: arrive(landing, expected, 60, 0.5))
     assert totals(db, "file_totals") == expected
     from wal_sink.wal.reader import WalReader
 
@@ -338,63 +337,16 @@ def test_job_runs_unchanged_on_a_standalone_cluster(db, tmp_path):
     the WAL is on a filesystem every node (here: process) sees."""
     fresh_table(db, "cluster")
     config = landing_config(db, tmp_path, "cluster")
-    spark_class = str(Path(sys.executable).with_name("spark-class"))
-    port = free_port()
-    env = job_env(SPARK_LOG_DIR=str(tmp_path), SPARK_WORKER_DIR=str(tmp_path / "work"))
-    master = subprocess.Popen(
-        [
-            spark_class,
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--webui-port",
-            "0",
-        ],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    worker = subprocess.Popen(
-        [
-            spark_class,
-            "org.apache.spark.deploy.worker.Worker",
-            "--host",
-            "127.0.0.1",
-            "--webui-port",
-            "0",
-            "--cores",
-            "2",
-            "--memory",
-            "1g",
-            f"spark://127.0.0.1:{port}",
-        ],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(8)
+    env = job_env()
+    with standalone_cluster(tmp_path, env) as master:
         job = JobProcess(
             config,
             tmp_path / "job.log",
             "--available-now",
             env=env,
-            submit_args=(
-                "--master",
-                f"spark://127.0.0.1:{port}",
-                "--conf",
-                "spark.executor.memory=512m",
-            ),
+            submit_args=("--master", master, "--conf", "spark.executor.memory=512m"),
         )
         assert job.wait() == 0, job.tail()
-        executors = list((tmp_path / "work").glob("app-*/*"))
-        assert executors, "no executor JVM ran on the worker"
-        assert totals(db, "cluster") == {"a": Decimal("3.00")}
-    finally:
-        for p in (worker, master):
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+    executors = list((tmp_path / "work").glob("app-*/*"))
+    assert executors, "no executor JVM ran on the worker"
+    assert totals(db, "cluster") == {"a": Decimal("3.00")}

@@ -24,7 +24,7 @@ from devtools.spark_job import JobProcess, job_env
 from tests.integration.test_cli import cli, totals
 from tests.integration.test_crash import BATCHES, run_writer
 from tests.integration.test_invariants import write_landing
-from tests.integration.test_job import fresh_table, rng, survive_kills_then_drain
+from tests.integration.test_job import arrive, fresh_table, survive_kills_then_drain
 from tests.integration.test_job import totals as job_totals
 from wal_sink.config import load_config
 from wal_sink.storage import Storage
@@ -97,23 +97,6 @@ format = "json"
 path = "{landing}"
 schema = "{SCHEMA}"
 options = {{ maxFilesPerTrigger = {files_per_trigger} }}"""
-
-
-def arrive(landing: Path, expected: dict[str, Decimal], files: int, pause: float):
-    """Write ``files`` JSON files into ``landing``, each appearing whole."""
-    for i in range(files):
-        rows = [
-            (f"k{rng.randrange(8)}", Decimal(rng.randrange(1, 10_000)) / 100)
-            for _ in range(rng.randrange(1, 30))
-        ]
-        tmp = landing / f".f{i:03d}.tmp"
-        tmp.write_text(
-            "".join(json.dumps({"k": k, "amount": str(a)}) + "\n" for k, a in rows)
-        )
-        tmp.rename(landing / f"f{i:03d}.json")
-        for k, a in rows:
-            expected[k] = expected.get(k, Decimal(0)) + a
-        time.sleep(pause)
 
 
 def acked_ids(db) -> list[int]:
