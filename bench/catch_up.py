@@ -15,11 +15,10 @@ across batches.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from bench.commit_ratio import SERVER_SQL, TABLE
-from bench.common import Bench, ratio_line, seconds, spark_session
+from bench.common import Bench, ratio_line, seconds, spark_session, upsert_rows
 from wal_sink.protocol.recovery import groups
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
@@ -36,26 +35,12 @@ def main(batches: int = 200, per_batch: int = 1000, repeat: int = 5) -> None:
             f"CREATE TABLE source {TABLE.replace(' PRIMARY KEY', '')}",
         )
 
-        def frame(first: int, count: int):
-            return spark.range(first, first + count).selectExpr(
-                "concat('key-', id % 50000) AS k",
-                "cast(id % 1000 AS decimal(12,2)) AS amount",
-                "concat('label-', id) AS label",
-                "id AS seq",
-            )
-
         config = bench.config("target", version_column="seq")
         SinkInstance(config).start()  # the sink's tables; the lease is taken again
         writer = WalWriter(config.wal_path, "bench")
         for batch_id in range(batches):
-            stage(frame(batch_id * per_batch, per_batch), writer, batch_id)
-        frame(0, rows).write.format("jdbc").options(
-            url=f"jdbc:mysql://127.0.0.1:{bench.mariadb.port}/bench?permitMysqlScheme",
-            dbtable="source",
-            user="sink",
-            password=os.environ["WAL_SINK_MYSQL_PASSWORD"],
-            driver="org.mariadb.jdbc.Driver",
-        ).mode("append").save()
+            stage(upsert_rows(spark, per_batch, batch_id * per_batch), writer, batch_id)
+        bench.jdbc_append(upsert_rows(spark, rows), "source")
         spark.stop()
         transactions = len(
             groups(

@@ -10,11 +10,10 @@ DATA path is ``mysql.local_infile = true``.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import replace
 
-from bench.common import Bench, ratio_line, seconds, spark_session
+from bench.common import Bench, ratio_line, seconds, spark_session, upsert_rows
 from wal_sink.config import SinkConfig
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
@@ -47,12 +46,7 @@ def main(rows: int = 200_000, repeat: int = 5) -> None:
             # the same rows, repeated keys included: no key on the source
             f"CREATE TABLE source {TABLE.replace(' PRIMARY KEY', '')}",
         )
-        df = spark.range(rows).selectExpr(
-            "concat('key-', id % 50000) AS k",
-            "cast(id % 1000 AS decimal(12,2)) AS amount",
-            "concat('label-', id) AS label",
-            "id AS seq",
-        )
+        df = upsert_rows(spark, rows)
         config = bench.config("target", version_column="seq")
         instance = SinkInstance(config)
         committer = instance.start()
@@ -64,13 +58,7 @@ def main(rows: int = 200_000, repeat: int = 5) -> None:
         )
         fast_instance = SinkInstance(fast_config)
         fast = fast_instance.start()
-        df.write.format("jdbc").options(
-            url=f"jdbc:mysql://127.0.0.1:{bench.mariadb.port}/bench?permitMysqlScheme",
-            dbtable="source",
-            user="sink",
-            password=os.environ["WAL_SINK_MYSQL_PASSWORD"],
-            driver="org.mariadb.jdbc.Driver",
-        ).mode("append").save()
+        bench.jdbc_append(df, "source")
         sink, loaded, server = [], [], []
         for _ in range(repeat):
             bench.sql("TRUNCATE target", "DELETE FROM wal_sink_ack")

@@ -39,6 +39,21 @@ class Bench:
                 cur.execute(statement)
             return list(cur.fetchall())
 
+    @property
+    def jdbc_url(self) -> str:
+        """The bench database for Spark's JDBC writer (MariaDB Connector/J)."""
+        return f"jdbc:mysql://127.0.0.1:{self.mariadb.port}/bench?permitMysqlScheme"
+
+    def jdbc_append(self, df, table: str) -> None:
+        """Append ``df`` to ``table`` with Spark's JDBC writer, as the sink's user."""
+        login = {"user": "sink", "password": SINK_PASSWORD}
+        df.write.jdbc(
+            self.jdbc_url,
+            table,
+            mode="append",
+            properties={**login, "driver": "org.mariadb.jdbc.Driver"},
+        )
+
     def config(
         self,
         table: str,
@@ -79,6 +94,17 @@ def spark_session():
     )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def upsert_rows(spark, count: int, first: int = 0):
+    """The upsert benchmarks' rows, ``first`` to ``first + count - 1``: 50,000 keys
+    that repeat, an amount to add, a label and ``seq`` to guard it with."""
+    return spark.range(first, first + count).selectExpr(
+        "concat('key-', id % 50000) AS k",
+        "cast(id % 1000 AS decimal(12,2)) AS amount",
+        "concat('label-', id) AS label",
+        "id AS seq",
+    )
 
 
 def seconds(fn: Callable[[], object]) -> float:

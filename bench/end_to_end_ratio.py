@@ -15,7 +15,6 @@ lines (``stage_ms``, ``commit_ms``) of the row path are summed up at the end.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import statistics
 import sys
@@ -80,12 +79,6 @@ def main(rows: int = 400_000, files: int = 4, repeat: int = 3) -> None:
                 for t in ("job_rows", "job_load", "jdbc_target")
             )
         )
-        url = f"jdbc:mysql://127.0.0.1:{bench.mariadb.port}/bench?permitMysqlScheme"
-        credentials = {
-            "user": "sink",
-            "password": os.environ["WAL_SINK_MYSQL_PASSWORD"],
-            "driver": "org.mariadb.jdbc.Driver",
-        }
 
         def job(table: str, run: int, **mysql: object) -> None:
             sink_id = f"{table}_{run}"
@@ -107,9 +100,7 @@ def main(rows: int = 400_000, files: int = 4, repeat: int = 3) -> None:
             assert run_job(config, available_now=True, spark=spark) == 0
 
         def jdbc() -> None:
-            spark.read.schema(SCHEMA).parquet(source).write.jdbc(
-                url, "jdbc_target", mode="append", properties=credentials
-            )
+            bench.jdbc_append(spark.read.schema(SCHEMA).parquet(source), "jdbc_target")
 
         # warm-up of both (JIT, class loading, Delta's first snapshot), not counted
         job("job_rows", 0)

@@ -139,9 +139,6 @@ checkpoint = "{self.bench.dir / ("checkpoint_" + sink_id)}"
         name = f"jdbc_{files}_{self.count}"
         self.bench.sql("TRUNCATE jdbc_target")
         log = self.bench.dir / f"{name}.log"
-        url = (
-            f"jdbc:mysql://127.0.0.1:{self.bench.mariadb.port}/bench?permitMysqlScheme"
-        )
         started = time.perf_counter()
         with open(log, "ab") as out:
             proc = subprocess.run(
@@ -152,7 +149,7 @@ checkpoint = "{self.bench.dir / ("checkpoint_" + sink_id)}"
                     str(source),
                     SCHEMA,
                     str(self.bench.dir / f"checkpoint_{name}"),
-                    url,
+                    self.bench.jdbc_url,
                     "jdbc_target",
                 ],
                 cwd=REPO,

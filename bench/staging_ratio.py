@@ -20,7 +20,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench.common import ratio_line, seconds, spark_session
+from bench.common import ratio_line, seconds, spark_session, upsert_rows
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter
 
@@ -28,16 +28,7 @@ SIZES = (100, 10_000, 1_000_000)
 
 
 def frame(spark, rows: int):
-    df = (
-        spark.range(rows)
-        .selectExpr(
-            "concat('key-', id % 50000) AS k",
-            "cast(id % 1000 AS decimal(12,2)) AS amount",
-            "concat('label-', id) AS label",
-            "id AS seq",
-        )
-        .cache()
-    )
+    df = upsert_rows(spark, rows).cache()
     df.count()
     return df
 

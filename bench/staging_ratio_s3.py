@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import ratio_line, seconds, spark_session
+from bench.staging_ratio import frame
 from devtools.s3proxy import REGION, S3Proxy
 from wal_sink.storage import Storage
 from wal_sink.wal.writer import WalWriter
@@ -37,17 +38,7 @@ def main(rows: int = 1_000_000, repeat: int = 7) -> None:
     spark = spark_session()
     try:
         storage.configure_spark(spark)
-        df = (
-            spark.range(rows)
-            .selectExpr(
-                "concat('key-', id % 50000) AS k",
-                "cast(id % 1000 AS decimal(12,2)) AS amount",
-                "concat('label-', id) AS label",
-                "id AS seq",
-            )
-            .cache()
-        )
-        df.count()
+        df = frame(spark, rows)
         stage(df, WalWriter(f"{bucket}/warm", "warm", storage), 0)
         df.write.parquet(f"{bucket}/parquet/warm")
         ours, baseline = [], []
