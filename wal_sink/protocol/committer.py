@@ -84,6 +84,9 @@ class Committer:
             config.quarantine_path, config.sink.id, storage=config.storage
         )
         self.outbox = Outbox(tables.outbox, config.sink.id, self.quarantine)
+        self._outbox_filled = True
+        """Rows may wait in the outbox: put there by an apply, left by a failed
+        drain, or by an earlier process (hence True at first)."""
         self.rows = RowApplier(config, engine, wal)
 
     @property
@@ -148,7 +151,8 @@ class Committer:
             except TransientError as e:
                 tried.add(apply_id)
                 budget.wait(e)
-        self._drain_outbox()
+        if self._outbox_filled:  # not every batch: a drain reads the quarantine table
+            self._drain_outbox()
         return results
 
     def _resolve(self, batch: StagedBatch | int) -> StagedBatch:
@@ -216,6 +220,7 @@ class Committer:
                         )
                     rows, deleted, bad = self.rows.apply(conn, batch, on_chunk)
                     self.outbox.put(conn, apply_id, batch.batch_id, bad)
+                    self._outbox_filled |= bool(bad)
                     self.acks.complete(conn, batch.batch_id, rows, deleted, len(bad))
                     results.append((batch, None, rows, deleted, len(bad)))
                     faults.hit("commit.before_commit", batch.batch_id)
@@ -257,6 +262,7 @@ class Committer:
         outbox for the next drain (nothing is lost, the batch stays applied)."""
         try:
             self.outbox.drain(self.engine)
+            self._outbox_filled = False
         except Exception as e:
             log.warning(
                 "sink %s: rows set aside stay in the outbox table %s for now: %s",

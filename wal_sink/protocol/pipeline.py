@@ -40,8 +40,6 @@ class Handoff:
     """As staging committed it; None when an earlier attempt staged it."""
     planned_ms: float | None
     """When Spark planned the batch (its offset log entry), for the lag."""
-    staged_at: float
-    """time.time() when staging finished."""
 
 
 @dataclass(frozen=True)

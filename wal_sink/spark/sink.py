@@ -137,7 +137,7 @@ class WalSink(SinkInstance):
             else None
         )
         # Step 2. Hand over; returning lets Spark record the batch in its commit log.
-        pipeline.submit(Handoff(batch_id, staged, planned, time.time()))
+        pipeline.submit(Handoff(batch_id, staged, planned))
         self.last_stage = StageReport(
             batch_id, staged.rows if staged else None, stage_ms, pipeline.pending
         )
