@@ -86,9 +86,9 @@ def rendered_calls(monkeypatch):
     calls = []
     real = MultiRowUpsert.apply
 
-    def counting(self, conn, chunk):
+    def counting(self, conn, chunk, **rendered):
         calls.append(chunk.num_rows)
-        return real(self, conn, chunk)
+        return real(self, conn, chunk, **rendered)
 
     monkeypatch.setattr(MultiRowUpsert, "apply", counting)
     return calls

@@ -266,8 +266,8 @@ def calls(monkeypatch) -> dict[str, int]:
     for name, cls in (("multi_row", MultiRowUpsert), ("local_infile", BulkLoader)):
         real = cls.apply
 
-        def counting(self, conn, chunk, real=real, name=name):
-            applied = real(self, conn, chunk)
+        def counting(self, conn, chunk, real=real, name=name, **rendered):
+            applied = real(self, conn, chunk, **rendered)
             counts[name] += applied
             return applied
 

@@ -38,7 +38,6 @@ class MultiRowUpsert:
             raise ValueError("not a multi-row INSERT this path can build")
         self.columns = order  # the statement's column order
         self.prefix, self.postfix = match.group(1), match.group(3)
-        self._ahead: tuple[pa.RecordBatch, list[str]] | None = None
 
     @classmethod
     def for_schema(
@@ -58,25 +57,21 @@ class MultiRowUpsert:
     def render(self, chunk: pa.RecordBatch) -> list[str]:
         """The statements that upsert ``chunk``, in staged order. Needs no
         connection: the committer renders the next chunk on a thread of its own
-        while MySQL runs the current one's (``rendered_ahead``)."""
+        while MySQL runs the current one's, and hands them to ``apply``."""
         return [
             self.prefix + values + self.postfix
             for values in sql_rows(chunk, self.columns, MAX_STATEMENT_BYTES)
         ]
 
-    def rendered_ahead(self, chunk: pa.RecordBatch, statements: list[str]) -> None:
-        """Hand over ``render(chunk)`` done beforehand: the next ``apply`` of this
-        very chunk sends these statements instead of rendering them again."""
-        self._ahead = (chunk, statements)
-
-    def apply(self, conn: Connection, chunk: pa.RecordBatch) -> int:
-        """Upsert ``chunk`` in staged order; raise the DBAPIError MySQL gives."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead[0] is chunk:
-            statements = ahead[1]
-        else:
-            statements = self.render(chunk)
-        for statement in statements:
+    def apply(
+        self,
+        conn: Connection,
+        chunk: pa.RecordBatch,
+        statements: list[str] | None = None,
+    ) -> int:
+        """Upsert ``chunk`` in staged order, sending ``statements`` when it was
+        rendered already; raise the DBAPIError MySQL gives."""
+        for statement in self.render(chunk) if statements is None else statements:
             # no parameters: the driver leaves the % signs in values alone
             conn.exec_driver_sql(statement, execution_options={"no_parameters": True})
         return chunk.num_rows

@@ -16,6 +16,7 @@ once per schema, not per batch: a backlog of small batches costs fewer round tri
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Iterator
@@ -168,13 +169,13 @@ class RowApplier:
             if multi is None or not multi.renders(chunk):
                 return None
             statements = multi.render(chunk)
-        multi.rendered_ahead(chunk, statements)
+        apply = functools.partial(multi.apply, statements=statements)
         if len(statements) > 1:
-            return self._attempt(conn, multi.apply, chunk)
+            return self._attempt(conn, apply, chunk)
         # One statement needs no savepoint: InnoDB (preflight) undoes a failed
         # statement's effects by itself, and the transaction goes on.
         try:
-            return multi.apply(conn, chunk)
+            return apply(conn, chunk)
         except DBAPIError as e:
             if not is_row_error(e):
                 raise  # the transaction is retried whole
