@@ -17,12 +17,11 @@ import time
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
-from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from wal_sink.errors import TransientError
 from wal_sink.storage import Storage
-from wal_sink.wal.reader import BATCH_COLUMN
+from wal_sink.wal.reader import BATCH_COLUMN, delta_table
 from wal_sink.wal.storage_errors import storage_error
 
 DELETE_IDS_PER_COMMIT = 1000
@@ -40,7 +39,7 @@ def delete_batches(location: str, storage: Storage, batch_ids: list[int]) -> Non
     Delta remove actions are written: the predicate is on the partition column."""
     ids = sorted(set(batch_ids))
     try:
-        table = DeltaTable(location, storage_options=storage.delta_options or None)
+        table = delta_table(location, storage)
         for start in range(0, len(ids), DELETE_IDS_PER_COMMIT):
             chunk = ids[start : start + DELETE_IDS_PER_COMMIT]
             predicate = f"{BATCH_COLUMN} IN ({', '.join(str(int(b)) for b in chunk)})"
@@ -67,7 +66,7 @@ def vacuum(
     retention. delta-rs takes the retention in whole hours: it is rounded up."""
     fs, root = storage.filesystem(location)
     try:
-        table = DeltaTable(location, storage_options=storage.delta_options or None)
+        table = delta_table(location, storage)
         hours = math.ceil(retain_seconds / 3600)
         listed = table.vacuum(
             retention_hours=hours,

@@ -22,7 +22,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from wal_sink.errors import TransientError
 from wal_sink.storage import Storage
-from wal_sink.wal.reader import open_parquet
+from wal_sink.wal.reader import delta_table, open_parquet
 
 SCHEMA = pa.schema(
     [
@@ -66,9 +66,7 @@ class Quarantine:
 
     def _table(self) -> DeltaTable | None:
         try:
-            return DeltaTable(
-                self.path, storage_options=self.storage.delta_options or None
-            )
+            return delta_table(self.path, self.storage)
         except TableNotFoundError:
             return None
 

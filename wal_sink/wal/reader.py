@@ -95,9 +95,7 @@ class WalReader:
         """The current snapshot, or None while nothing was ever staged."""
         if self._table is None:
             try:
-                self._table = DeltaTable(
-                    self.path, storage_options=self.storage.delta_options or None
-                )
+                self._table = delta_table(self.path, self.storage)
             except TableNotFoundError:
                 return None
             except Exception as e:
@@ -183,11 +181,7 @@ class WalReader:
         return BatchState.MISSING if had_files else BatchState.EMPTY
 
     def _at(self, version: int) -> DeltaTable:
-        return DeltaTable(
-            self.path,
-            version=version,
-            storage_options=self.storage.delta_options or None,
-        )
+        return delta_table(self.path, self.storage, version)
 
     def read_batch(
         self, batch: StagedBatch, chunk_rows: int
@@ -252,6 +246,16 @@ def _join_uri(base: str, relative: str) -> str:
     if "://" in relative or relative.startswith("/"):
         return relative
     return f"{base}/{unquote(relative)}"
+
+
+def delta_table(
+    location: str, storage: Storage, version: int | None = None
+) -> DeltaTable:
+    """delta-rs's handle on the Delta table at ``location`` (raises
+    TableNotFoundError when there is none), reached with ``storage``'s options."""
+    return DeltaTable(
+        location, version=version, storage_options=storage.delta_options or None
+    )
 
 
 def open_parquet(uri: str, storage: Storage) -> pq.ParquetFile:

@@ -32,7 +32,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from wal_sink.errors import TerminalError, TransientError
 from wal_sink.storage import Storage
-from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN
+from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN, delta_table
 from wal_sink.wal.storage_errors import storage_error
 
 log = logging.getLogger(__name__)
@@ -91,9 +91,7 @@ class WalWriter:
         """The newest snapshot (a handle does not advance by its own commits)."""
         try:
             if self._table is None:
-                self._table = DeltaTable(
-                    self.location, storage_options=self.storage.delta_options or None
-                )
+                self._table = delta_table(self.location, self.storage)
             else:
                 self._table.update_incremental()
         except TableNotFoundError:
