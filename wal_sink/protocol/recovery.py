@@ -18,7 +18,7 @@ from sqlalchemy import Connection
 from wal_sink.errors import CheckpointResetError
 from wal_sink.mysql.acks import AckTable
 from wal_sink.protocol.committer import CommitResult, Committer
-from wal_sink.wal.reader import BatchState, WalReader
+from wal_sink.wal.reader import BatchState, StagedBatch, WalReader
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +51,21 @@ def check_checkpoint(
     )
 
 
-def unacked_batches(wal: WalReader, acks: AckTable, conn: Connection) -> list[int]:
+def unacked_batches(
+    wal: WalReader,
+    acks: AckTable,
+    conn: Connection,
+    staged: dict[int, StagedBatch],
+) -> list[int]:
     """Staged batches without an ack row, in batch order.
 
-    Batches with files in the WAL are found by listing; a batch staged beyond the
-    newest ack with no files is either empty (staged by wal_sink 0.1 without any
-    file: it is acked with no rows) or missing, whose files were removed: it is
-    listed, and applying it fails naming it (I1), rather than being skipped.
+    ``staged`` is ``wal.staged_batches()``, listed by the caller after a refresh
+    (every caller needs that listing too). Batches with files are found in it; a
+    batch staged beyond the newest ack with no files is either empty (staged by
+    wal_sink 0.1 without any file: it is acked with no rows) or missing, whose files
+    were removed: it is listed, and applying it fails naming it (I1), rather than
+    being skipped.
     """
-    wal.refresh()
-    staged = wal.staged_batches()
     last = wal.last_staged(acks.sink_id)
     if last is None:
         return []
@@ -101,8 +106,10 @@ def groups(batches: Iterable[tuple[int, int]], max_rows: int) -> list[list[int]]
 def recover(committer: Committer) -> list[CommitResult]:
     """Apply every staged-but-unacked batch, oldest first, consecutive ones in
     shared transactions."""
+    committer.wal.refresh()
+    staged = committer.wal.staged_batches()
     with committer.engine.connect() as conn:
-        pending = unacked_batches(committer.wal, committer.acks, conn)
+        pending = unacked_batches(committer.wal, committer.acks, conn, staged)
     if not pending:
         return []
     log.info(
@@ -111,7 +118,6 @@ def recover(committer: Committer) -> list[CommitResult]:
         len(pending),
         _span(pending),
     )
-    staged = committer.wal.staged_batches()
     max_rows = committer.config.mysql.max_transaction_rows
     # A batch without files goes alone (counted over the limit): should it turn out
     # missing, the batches before it are applied first.

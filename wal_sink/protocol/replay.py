@@ -53,7 +53,9 @@ def plan_replay(
     with instance.engine.connect() as conn:
         acked = instance.acks.acked_between(conn, first, last)
         earlier = [
-            b for b in unacked_batches(instance.wal, instance.acks, conn) if b < first
+            b
+            for b in unacked_batches(instance.wal, instance.acks, conn, staged)
+            if b < first
         ]
     if earlier:
         shown = ", ".join(map(str, earlier[:10])) + (" …" if len(earlier) > 10 else "")

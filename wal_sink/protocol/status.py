@@ -72,7 +72,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
     try:
         with sink.engine.connect() as conn:
             acks = sink.acks.summary(conn)
-            unacked = unacked_batches(wal, sink.acks, conn)
+            unacked = unacked_batches(wal, sink.acks, conn, staged)
             outbox = Outbox(
                 sink.tables.outbox, sink.sink_id, _quarantine(sink)
             ).waiting(conn)
