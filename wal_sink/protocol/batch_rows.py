@@ -33,6 +33,7 @@ from wal_sink.config import Config
 from wal_sink.errors import first_line
 from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
 from wal_sink.mysql.errors import error_code, is_row_error
+from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.upsert import build_delete, build_upsert
@@ -57,6 +58,8 @@ class RowApplier:
         self.sink_id = config.sink.id
         self._target: Table | None = None
         self._bulk_load_allowed = True
+        self._render = True
+        """The session of the batch being applied reads rendered text exactly."""
         self._by_schema: list[_Statements] = []
         self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="wal-sink-prefetch")
         """Reads (and renders) the next chunk while MySQL executes the current."""
@@ -73,6 +76,7 @@ class RowApplier:
         """Apply the batch in staged order; return (upserted, deleted, set aside)."""
         mysql, cdc = self.config.mysql, self.config.cdc
         remove = build_delete(self.target(), mysql) if cdc else None
+        self._render = renders_exactly(conn, self.sink_id)
         rows = deleted = done = 0
         bad: list[Entry] = []
         chunk_rows = self.config.wal.chunk_rows
@@ -81,7 +85,7 @@ class RowApplier:
             found = self._statements(conn, chunk.schema)
             applied = (
                 None
-                if cdc
+                if cdc or not self._render
                 else self._apply_rendered(
                     conn, chunk, found.loader, found.multi, rendered
                 )
@@ -138,7 +142,8 @@ class RowApplier:
         leaves the chunk to the caller."""
         found = self._known(chunk.schema)
         if (
-            found is None
+            not self._render
+            or found is None
             or found.multi is None
             or (found.loader is not None and self._bulk_load_allowed)
             or any(chunk.column(k).null_count for k in self.config.mysql.key)
