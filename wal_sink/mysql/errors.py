@@ -43,7 +43,16 @@ def mysql_error(
     table: str | None = None,
 ) -> WalSinkError:
     """The sink's error for a MySQL failure: transient (retry the unit of work) or
-    terminal, with one line naming the error number."""
+    terminal, with one line naming the error number.
+
+    ``exc`` loses its statement and parameters, as it stays the cause in tracebacks
+    (Spark prints the whole chain when it leaves ``foreachBatch``): a multi-row
+    statement holds up to 1 MB of row values, rendered into its text where
+    ``hide_parameters`` cannot hide them. The server's own message is kept; it
+    quotes at most a cut value of one row.
+    """
+    exc.statement = None
+    exc.params = None
     code = error_code(exc)
     args = getattr(exc.orig, "args", ())
     text = args[1] if len(args) > 1 and isinstance(args[1], str) else exc.orig
