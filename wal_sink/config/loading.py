@@ -45,7 +45,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     """
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+        raw = tomllib.loads(_utf8_text(p))
     except FileNotFoundError:
         raise ConfigError(f"config file {str(p)!r} does not exist") from None
     except OSError as e:
@@ -53,6 +53,20 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {str(p)!r} is not valid TOML: {e}") from None
     return config_from_dict(raw, base_dir=Path.cwd())
+
+
+def _utf8_text(path: Path) -> str:
+    """The file's text; TOML is UTF-8 (a leading byte-order mark is dropped, as
+    some editors write one)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"config file {str(path)!r} is not UTF-8 text (byte 0x{data[e.start]:02x} "
+            f"on line {line}); save it as UTF-8"
+        ) from None
 
 
 def config_from_dict(raw: dict[str, Any], base_dir: Path = Path(".")) -> Config:

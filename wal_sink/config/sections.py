@@ -5,11 +5,13 @@ resolved here, once, against the base directory the loader passes in."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import pymysql
 from pydantic import (
     AfterValidator,
     BeforeValidator,
@@ -24,11 +26,22 @@ from pydantic.dataclasses import dataclass
 from sqlalchemy.engine import make_url
 
 from wal_sink.durations import parse_duration
-from wal_sink.storage import Storage, is_s3
+from wal_sink.storage import CREDENTIAL, Storage, is_s3
 
 SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RESERVED_PREFIX = "_wal_"
+DRIVERS = ("mysql+pymysql", "mariadb+pymysql")
+# The URL's query keys are PyMySQL's connection arguments (SQLAlchemy also takes
+# these ssl_* ones); the client's capabilities are the sink's own settings.
+URL_QUERY_KEYS = frozenset(
+    inspect.signature(pymysql.connections.Connection).parameters
+) | {"ssl_capath", "ssl_cipher", "ssl_check_hostname"}
+URL_QUERY_OWN = {
+    "local_infile": "set mysql.local_infile instead",
+    "client_flag": "the sink sets the client's capabilities itself",
+}
+MAX_SECONDS = 365 * 86400.0
 SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
@@ -43,16 +56,31 @@ def _identifier(value: str) -> str:
 
 
 def _seconds(value: Any) -> float:
-    """A duration in seconds: a number, or text such as '10 seconds'."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    if not isinstance(value, str):
+    """A duration in seconds: a number, or text such as '10 seconds'; at most a
+    year (longer overflows the timers that wait for it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError("a duration is a number of seconds or text like '10 seconds'")
-    return parse_duration(value)
+    seconds = parse_duration(value) if isinstance(value, str) else float(value)
+    if not 0 <= seconds <= MAX_SECONDS:  # also false for NaN
+        raise ValueError(
+            f"{value!r} is not a duration from 0 to 365 days; write e.g. '10 seconds'"
+        )
+    return seconds
+
+
+def _positive(seconds: float) -> float:
+    if seconds <= 0:
+        raise ValueError("must be more than 0 seconds")
+    return seconds
 
 
 def _duration_text(value: str) -> str:
-    parse_duration(value)
+    _seconds(value)
+    return value
+
+
+def _positive_text(value: str) -> str:
+    _positive(_seconds(value))
     return value
 
 
@@ -65,13 +93,32 @@ def _location(value: str, info: ValidationInfo) -> str:
     return str((Path(base) / value).resolve())
 
 
+def _url_query_key(key: str) -> None:
+    """Refuse a URL query key PyMySQL would take over the sink's settings: a
+    password (it would override the environment's), the client's capabilities
+    (local infile is mysql.local_infile's alone), or one it does not know (a
+    traceback at the first connection otherwise)."""
+    if "pass" in key.lower():
+        raise ValueError(
+            f"query key {key!r}: a password never goes in the URL; set it in the "
+            "environment variable named by mysql.password_env, or in "
+            "mysql.password_file"
+        )
+    if key in URL_QUERY_OWN:
+        raise ValueError(f"query key {key!r} is refused: {URL_QUERY_OWN[key]}")
+    if key not in URL_QUERY_KEYS:
+        raise ValueError(f"query key {key!r} is not a PyMySQL connection option")
+
+
 DURATION_SCHEMA = {
     "anyOf": [{"type": "number"}, {"type": "string"}],
     "description": "seconds, or text such as '10 seconds', '500ms', '2 minutes'",
 }
 Identifier = Annotated[str, AfterValidator(_identifier)]
 Seconds = Annotated[float, BeforeValidator(_seconds), WithJsonSchema(DURATION_SCHEMA)]
+PositiveSeconds = Annotated[Seconds, AfterValidator(_positive)]
 DurationText = Annotated[str, AfterValidator(_duration_text)]
+PositiveDurationText = Annotated[str, AfterValidator(_positive_text)]
 Location = Annotated[str, Field(min_length=1), AfterValidator(_location)]
 Text = Annotated[str, Field(min_length=1)]
 Positive = Annotated[int, Field(gt=0, strict=True)]
@@ -182,34 +229,40 @@ class MysqlConfig:
     local_infile: Annotated[bool, Field(strict=True)] = False
     """Upsert chunks with LOAD DATA LOCAL INFILE + one INSERT … SELECT (MariaDB, needs
     the server's local_infile); falls back to multi-row INSERTs when refused."""
-    outage_budget: Seconds = 300.0
+    outage_budget: PositiveSeconds = 300.0
     """How long a batch transaction (and the start-up) keeps retrying transient
     errors — MySQL down, failing over, deadlocks — before the query fails."""
-    retry_backoff: Seconds = 0.5
+    retry_backoff: PositiveSeconds = 0.5
     """Wait before the first retry; doubles each time, with jitter."""
-    retry_backoff_max: Seconds = 10.0
+    retry_backoff_max: PositiveSeconds = 10.0
     """Cap of the wait between two retries."""
     max_transaction_rows: Positive = 200_000
     """Consecutive staged batches share one transaction while their rows stay
     under this; a larger batch still gets a transaction of its own."""
-    read_timeout: Seconds = 600.0
+    read_timeout: PositiveSeconds = 600.0
     """How long to wait for a server reply before the connection counts as lost."""
 
     @field_validator("url")
     @classmethod
     def _url(cls, url: str) -> str:
+        # Messages never echo the URL: a careless one may hold a password.
         try:
             parsed = make_url(url)
         except Exception:
-            raise ValueError(f"{url!r} is not a SQLAlchemy URL") from None
+            raise ValueError(
+                "is not a URL of the form mysql+pymysql://user@host:3306/database"
+            ) from None
         if parsed.password is not None:
             raise ValueError(
                 "must not contain a password; set it in the environment variable "
                 "named by mysql.password_env"
             )
-        if not parsed.drivername.startswith(("mysql", "mariadb")):
+        for key in parsed.query:
+            _url_query_key(key)
+        if parsed.drivername not in DRIVERS:
             raise ValueError(
-                f"must be a mysql+pymysql:// URL, not {parsed.drivername!r}"
+                f"must start with mysql+pymysql:// or mariadb+pymysql:// (the sink "
+                f"talks to the server through PyMySQL), not {parsed.drivername}://"
             )
         if not parsed.database:
             raise ValueError("must name a database, e.g. mysql+pymysql://u@host/db")
@@ -252,7 +305,7 @@ class RestartConfig:
     """Wait before a restart."""
     max_failures: Count = 3
     """failure-rate: failures allowed within ``interval``."""
-    interval: Seconds = 300.0
+    interval: PositiveSeconds = 300.0
     """failure-rate: the window."""
 
 
@@ -261,6 +314,12 @@ def _spark_settings(value: Any) -> Any:
         for key in value:
             if not str(key).startswith("spark."):
                 raise ValueError(f"{key!r} is not a Spark setting (spark.*)")
+            if CREDENTIAL.search(str(key)):
+                raise ValueError(
+                    f"{key!r} may hold a secret, which Spark would show in its UI "
+                    "and event log; credentials come from the environment (e.g. "
+                    "AWS_SECRET_ACCESS_KEY) or a role, never from the config file"
+                )
         return {
             k: str(v).lower() if isinstance(v, bool) else str(v)
             for k, v in value.items()
@@ -272,7 +331,7 @@ def _spark_settings(value: Any) -> Any:
 class JobConfig:
     checkpoint: Location
     """Spark checkpointLocation of the streaming query."""
-    trigger: DurationText = "2 seconds"
+    trigger: PositiveDurationText = "2 seconds"
     """Processing-time trigger interval."""
     output_mode: Literal["append", "update", "complete"] = "append"
     """Spark output mode."""
