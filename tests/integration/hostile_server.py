@@ -36,9 +36,7 @@ class FileRequestingProxy:
             threading.Thread(
                 target=self._to_server, args=(client, upstream), daemon=True
             ).start()
-            threading.Thread(
-                target=_pipe, args=(upstream, client), daemon=True
-            ).start()
+            threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
 
     def _to_server(self, client: socket.socket, upstream: socket.socket) -> None:
         packets = _packets(client)

@@ -45,7 +45,9 @@ def secret_file(tmp_path: Path) -> Path:
 
 def config_with(make_config, tmp_path, *, local_infile: bool, url: str | None = None):
     config = make_config(table="loaded", wal_path=tmp_path / "wal")
-    mysql = replace(config.mysql, local_infile=local_infile, url=url or config.mysql.url)
+    mysql = replace(
+        config.mysql, local_infile=local_infile, url=url or config.mysql.url
+    )
     return replace(config, mysql=mysql)
 
 
@@ -72,7 +74,9 @@ def test_server_request_for_another_file_sends_nothing(
     assert f"asked for the local file '{secret_file}'" in caplog.text
 
 
-def test_connections_without_the_option_do_not_offer_local_files(db, make_config, tmp_path):
+def test_connections_without_the_option_do_not_offer_local_files(
+    db, make_config, tmp_path
+):
     for on in (False, True):
         config = config_with(make_config, tmp_path, local_infile=on)
         with make_engine(config.mysql).connect() as conn:
@@ -147,6 +151,8 @@ def test_verified_tls_is_asked_for_when_the_server_is_not_local(
         make_engine(replace(config.mysql, tls=tls))  # connects to nothing yet
         assert ("without verified TLS" in caplog.text) is warned
     caplog.clear()
-    make_engine(config_with(make_config, tmp_path, local_infile=False, url=remote).mysql)
+    make_engine(
+        config_with(make_config, tmp_path, local_infile=False, url=remote).mysql
+    )
     make_engine(config_with(make_config, tmp_path, local_infile=True).mysql)  # loopback
     assert "without verified TLS" not in caplog.text
