@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_config import base
-from wal_sink.config import config_from_dict, load_config
+from wal_sink.config import config_from_dict, load_config, mysql_password
 from wal_sink.errors import ConfigError
 
 SECRET = "s3cr3t-value-9d2c"
@@ -139,3 +139,12 @@ def test_a_byte_order_mark_is_not_a_mistake(tmp_path):
         b"url = 'mysql+pymysql://u@h/d'\ntable = 't'\nkey = ['k']\n"
     )
     assert load_config(path).sink.id == "s"
+
+
+def test_a_password_file_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "pw"
+    path.write_bytes(b"p\xe4ss\xff\n")
+    config = config_from_dict(base(mysql__password_file=str(path)))
+    with pytest.raises(ConfigError, match="is not UTF-8 text") as info:
+        mysql_password(config.mysql)
+    assert "\n" not in str(info.value) and "p\xe4ss" not in str(info.value)

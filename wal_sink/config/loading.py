@@ -158,6 +158,10 @@ def mysql_password(mysql: MysqlConfig) -> str:
             raise ConfigError(
                 f"mysql.password_file {mysql.password_file!r} is missing or empty"
             ) from None
+        except UnicodeDecodeError:
+            raise ConfigError(
+                f"mysql.password_file {mysql.password_file!r} is not UTF-8 text"
+            ) from None
     value = os.environ.get(mysql.password_env)
     if value is None:
         raise ConfigError(
