@@ -76,6 +76,10 @@ CASES = {
         lambda p: edited(p, 'trigger = "1 second"', 'trigger = "0 seconds"'),
         "job.trigger: must be more than 0 seconds",
     ),
+    "tls_file_missing": (
+        lambda p: with_mysql_key(p, 'tls = { ssl_ca = "/nonexistent/ca.pem" }'),
+        "mysql.tls: PyMySQL cannot load the TLS files (ssl_ca = '/nonexistent/ca.pem')",
+    ),
     "spark_conf_secret": (
         lambda p: edited(
             p,
@@ -99,7 +103,7 @@ def test_the_cli_says_what_is_wrong_in_one_line(db, tmp_path, case):
 
 
 def test_the_job_says_what_is_wrong_in_one_line(db, tmp_path):
-    for case in ("not_utf8", "url_password", "spark_conf_secret"):
+    for case in ("not_utf8", "url_password", "spark_conf_secret", "tls_file_missing"):
         make, says = CASES[case]
         log = tmp_path / f"{case}.log"
         job = JobProcess(make(good(db, tmp_path, case)), log)

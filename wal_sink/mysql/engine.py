@@ -18,6 +18,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from wal_sink.config import MysqlConfig, mysql_password
+from wal_sink.errors import ConfigError, first_line
 from wal_sink.mysql.local_infile import GuardedConnection
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,14 @@ def make_engine(mysql: MysqlConfig) -> Engine:
 
     @event.listens_for(engine, "do_connect")
     def _guarded(dialect: Any, record: Any, cargs: Any, cparams: Any) -> Any:
-        return GuardedConnection(*cargs, **cparams)
+        try:
+            return GuardedConnection(*cargs, **cparams)
+        except OSError as e:  # network errors arrive as the driver's own errors
+            raise ConfigError(
+                "mysql.tls: PyMySQL cannot load the TLS files "
+                f"({', '.join(f'{k} = {v!r}' for k, v in mysql.tls.items())}): "
+                f"{first_line(e)}"
+            ) from None
 
     return engine
 
