@@ -1,7 +1,15 @@
-"""A TCP proxy in front of MariaDB that plays a hostile server once: the first query
-holding a marker is not passed on; the proxy answers it with a LOCAL INFILE request
-for a file of its choosing, records whatever the client sends back, and ends the
-exchange with an OK packet. Everything else passes through unchanged."""
+"""TCP proxies in front of MariaDB that play a hostile server (or one in the middle
+of the connection).
+
+``FileRequestingProxy``: the first query holding a marker is not passed on; the proxy
+answers it with a LOCAL INFILE request for a file of its choosing, records whatever
+the client sends back, and ends the exchange with an OK packet. Everything else
+passes through unchanged.
+
+``PasswordAskingProxy``: the client's answer to the server's greeting is not passed
+on; the proxy switches authentication to ``mysql_clear_password`` and records what
+the client sends next.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ import threading
 COM_QUERY = 0x03
 LOCAL_INFILE = b"\xfb"
 OK = b"\x00\x00\x00\x02\x00\x00\x00"  # 0 rows, no insert id, autocommit, 0 warnings
+CLEAR_PASSWORD_SWITCH = b"\xfemysql_clear_password\x00"
 
 
 class FileRequestingProxy:
@@ -67,6 +76,36 @@ class FileRequestingProxy:
         self.received = content
         client.sendall(_packet(seq + 1, OK))
         self.answered.set()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+class PasswordAskingProxy:
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.received: bytes | None = None
+        """What the client answered the switch with (b"": it hung up)."""
+        self.answered = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self.listener.accept()
+        except OSError:
+            return
+        upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+        client.settimeout(30)
+        packets = _packets(client)
+        seq, _ = next(packets)  # the handshake response, with the user name
+        client.sendall(_packet(seq + 1, CLEAR_PASSWORD_SWITCH))
+        self.received = next((payload for _, payload in packets), b"")
+        self.answered.set()
+        for end in (client, upstream):
+            end.close()
 
     def close(self) -> None:
         self.listener.close()

@@ -31,7 +31,7 @@ from sqlalchemy.exc import DBAPIError
 from wal_sink.config import MysqlConfig
 from wal_sink.mysql.arrow_text import renderable, tsv
 from wal_sink.mysql.errors import error_code
-from wal_sink.mysql.local_infile import GuardedConnection
+from wal_sink.mysql.guarded_connection import GuardedConnection
 from wal_sink.mysql.upsert import update_assignments
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 
 from wal_sink.config import MysqlConfig, mysql_password
 from wal_sink.errors import ConfigError, first_line
-from wal_sink.mysql.local_infile import GuardedConnection
+from wal_sink.mysql.guarded_connection import GuardedConnection
 
 log = logging.getLogger(__name__)
 

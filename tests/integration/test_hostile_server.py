@@ -1,6 +1,8 @@
-"""mysql.local_infile hands the server no file but the temporary file of the sink's
-own LOAD DATA: not in reply to another statement, not in place of that file, not
-through an engine the sink did not make."""
+"""A hostile server, or one in the middle of the connection, gets neither files nor
+the password: mysql.local_infile hands the server no file but the temporary file of
+the sink's own LOAD DATA (not in reply to another statement, not in place of that
+file, not through an engine the sink did not make), and the password goes in clear
+text only to a server TLS verified."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from devtools.mariadb import SINK_PASSWORD
-from tests.integration.hostile_server import FileRequestingProxy
+from tests.integration.hostile_server import FileRequestingProxy, PasswordAskingProxy
 from wal_sink.errors import TerminalError
 from wal_sink.mysql.bulk_load import BulkLoader
 from wal_sink.mysql.engine import make_engine
+from wal_sink.mysql.errors import is_transient
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter
@@ -156,3 +159,20 @@ def test_verified_tls_is_asked_for_when_the_server_is_not_local(
     )
     make_engine(config_with(make_config, tmp_path, local_infile=True).mysql)  # loopback
     assert "without verified TLS" not in caplog.text
+
+
+def test_a_server_asking_for_the_password_in_clear_text_does_not_get_it(
+    db, mariadb, make_config, tmp_path, caplog
+):
+    proxy = PasswordAskingProxy(mariadb.port)
+    try:
+        url = db.url.replace(f":{mariadb.port}/", f":{proxy.port}/")
+        config = config_with(make_config, tmp_path, local_infile=False, url=url)
+        with pytest.raises(OperationalError, match="password in clear text") as info:
+            make_engine(config.mysql).connect()
+        assert proxy.answered.wait(30)
+    finally:
+        proxy.close()
+    assert SINK_PASSWORD.encode() not in proxy.received
+    assert not is_transient(info.value)  # the sink stops instead of retrying
+    assert SINK_PASSWORD not in str(info.value) + caplog.text
