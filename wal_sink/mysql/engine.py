@@ -5,8 +5,8 @@ UTC, so timestamps staged by Spark land unchanged, with utf8mb4 text. The passwo
 is taken from the environment or a file at engine creation and never appears in
 config or logs; TLS options from ``mysql.tls`` go to PyMySQL unchanged. Connections
 are ``GuardedConnection``: with ``mysql.local_infile`` on they send the server only
-the file of the sink's own LOAD DATA; with it off the client does not even offer
-local files.
+the file of the sink's own LOAD DATA (with it off the client does not even offer
+local files), and the password goes in clear text only to a verified server.
 """
 
 from __future__ import annotations
