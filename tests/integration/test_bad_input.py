@@ -56,6 +56,10 @@ CASES = {
         lambda p: edited(p, '/test_bad_input"', f'/test_bad_input?passwd={SECRET}"'),
         "mysql.url: query key 'passwd'",
     ),
+    "url_query_type": (
+        lambda p: edited(p, '/test_bad_input"', '/test_bad_input?connect_timeout=abc"'),
+        "mysql.url: a query value is not of its option's type",
+    ),
     "read_timeout_zero": (
         lambda p: with_mysql_key(p, "read_timeout = 0"),
         "mysql.read_timeout: must be more than 0 seconds",

@@ -33,6 +33,7 @@ def refused(raw) -> str:
         (f"{URL}?local_infile=1", "set mysql.local_infile instead"),
         (f"{URL}?client_flag=128", "the sink sets the client's capabilities"),
         (f"{URL}?colour=red", "'colour' is not a PyMySQL connection option"),
+        (f"{URL}?connect_timeout=soon", "a query value is not of its option's type"),
         ("mysql://sink@h/shop", "must start with mysql+pymysql:// or mariadb+pym"),
         ("mariadb://sink@h/shop", "not mariadb://"),
         ("mysql+mysqldb://sink@h/shop", "not mysql+mysqldb://"),

@@ -264,6 +264,12 @@ class MysqlConfig:
                 f"must start with mysql+pymysql:// or mariadb+pymysql:// (the sink "
                 f"talks to the server through PyMySQL), not {parsed.drivername}://"
             )
+        try:  # as SQLAlchemy will, converting query values to PyMySQL's types
+            parsed.get_dialect()().create_connect_args(parsed)
+        except ValueError as e:
+            raise ValueError(
+                f"a query value is not of its option's type: {e}"
+            ) from None
         if not parsed.database:
             raise ValueError("must name a database, e.g. mysql+pymysql://u@host/db")
         return url
