@@ -62,19 +62,21 @@ def staged(spark, config, rows):
     )
 
 
+@pytest.mark.parametrize("which", ["/etc/hostname", "secret_file"])
 def test_server_request_for_another_file_sends_nothing(
-    db, make_config, tmp_path, secret_file, caplog
+    db, make_config, tmp_path, secret_file, caplog, which
 ):
+    path = secret_file if which == "secret_file" else which
     config = config_with(make_config, tmp_path, local_infile=True)
     with make_engine(config.mysql).connect() as conn:
         with pytest.raises(OperationalError, match="refused"):
             conn.exec_driver_sql(
-                f"LOAD DATA LOCAL INFILE '{secret_file}' INTO TABLE loaded (k)"
+                f"LOAD DATA LOCAL INFILE '{path}' INTO TABLE loaded (k)"
             )
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM loaded").scalar() == 0
         # the exchange was ended properly: the connection goes on
         assert conn.exec_driver_sql("SELECT 1").scalar() == 1
-    assert f"asked for the local file '{secret_file}'" in caplog.text
+    assert f"asked for the local file '{path}'" in caplog.text
 
 
 def test_connections_without_the_option_do_not_offer_local_files(
