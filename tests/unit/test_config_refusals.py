@@ -68,9 +68,14 @@ def test_spark_conf_refuses_keys_that_hold_secrets(key):
 
 
 def test_spark_conf_takes_ordinary_settings():
-    job = {"checkpoint": "c", "spark_conf": {"spark.sql.shuffle.partitions": 4}}
+    # the credentials provider names a class, not a secret
+    provider = "spark.hadoop.fs.s3a.aws.credentials.provider"
+    chain = "software.amazon.awssdk.auth.credentials.ContainerCredentialsProvider"
+    settings = {"spark.sql.shuffle.partitions": 4, provider: chain}
+    job = {"checkpoint": "c", "spark_conf": settings}
     assert config_from_dict(base(job=job)).job.spark_conf == {
-        "spark.sql.shuffle.partitions": "4"
+        "spark.sql.shuffle.partitions": "4",
+        provider: chain,
     }
 
 

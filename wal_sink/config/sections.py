@@ -225,12 +225,17 @@ class RestartConfig:
     """failure-rate: the window."""
 
 
+# Settings whose name matches CREDENTIAL but whose value is a class or a path, never
+# a secret: which provider chain finds the credentials.
+NOT_SECRET = ("credentials.provider", "credential.provider.path")
+
+
 def _spark_settings(value: Any) -> Any:
     if isinstance(value, dict):
         for key in value:
             if not str(key).startswith("spark."):
                 raise ValueError(f"{key!r} is not a Spark setting (spark.*)")
-            if CREDENTIAL.search(str(key)):
+            if CREDENTIAL.search(str(key)) and not str(key).endswith(NOT_SECRET):
                 raise ValueError(
                     f"{key!r} may hold a secret, which Spark would show in its UI "
                     "and event log; credentials come from the environment (e.g. "
