@@ -292,7 +292,8 @@ def replay(
     default="1 hour",
     show_default=True,
     help="--vacuum keeps unreferenced files younger than this (in whole hours, "
-    "rounded up); keep it above your longest batch write while a job runs.",
+    "rounded up); at least wal.min_vacuum_retention (default 1 hour), and above "
+    "your slowest stage while a job runs.",
 )
 @click.pass_context
 @_one_line_errors
@@ -308,7 +309,7 @@ def purge(
 
     Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
     """
-    from wal_sink.protocol.purge import plan_purge
+    from wal_sink.protocol.purge import check_retention, plan_purge
     from wal_sink.wal.conditional_put import check_conditional_put
 
     if (before is None) == (older_than is None):
@@ -321,6 +322,8 @@ def purge(
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     with _instance(ctx) as sink:
+        if do_vacuum:  # before any purge work
+            check_retention(sink.config.wal, retain, retain_seconds)
         if not dry_run:  # purge commits to the WAL beside a running job
             check_conditional_put(sink.config.storage, [sink.wal.path])
         plan = plan_purge(sink, before=before, older_than=age)

@@ -143,6 +143,9 @@ class WalConfig:
     """Delta table of set-aside rows; default: the WAL path + "_quarantine"."""
     max_pending: Positive = 2
     """Staged batches that may wait for MySQL; beyond that foreachBatch waits."""
+    min_vacuum_retention: Seconds = 3600.0
+    """Floor of `purge --vacuum --retain`: a stage in progress has files younger than
+    itself, so keep this above the slowest stage (default one hour)."""
 
 
 @dataclass(frozen=True, config=SECTION)
