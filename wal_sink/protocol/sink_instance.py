@@ -21,7 +21,7 @@ from wal_sink.mysql.preflight import preflight
 from wal_sink.mysql.tables import init_db, sink_tables
 from wal_sink.mysql.target import reflect_target
 from wal_sink.protocol.committer import CommitResult, Committer
-from wal_sink.protocol.recovery import high_water, recover
+from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
 from wal_sink.wal.conditional_put import check_conditional_put
 from wal_sink.wal.reader import WalReader
@@ -55,8 +55,8 @@ class SinkInstance:
         self.stop = stop or threading.Event()
         """Set to give up waiting on MySQL at once (a second SIGTERM)."""
         self.committer: Committer | None = None
-        self.high_water: int | None = None
-        """Highest batch id staged or applied when the lease was taken."""
+        self.known = KnownBatches(None, None)
+        """What the WAL and the ack table knew when the lease was taken."""
 
     @property
     def engine(self) -> Engine:
@@ -67,6 +67,11 @@ class SinkInstance:
     @property
     def sink_id(self) -> str:
         return self.config.sink.id
+
+    @property
+    def high_water(self) -> int | None:
+        """Highest batch id staged or applied when the lease was taken."""
+        return self.known.newest
 
     @property
     def epoch(self) -> int | None:
@@ -96,7 +101,7 @@ class SinkInstance:
             init_db(self.engine, self.config.mysql)
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)
             with self.engine.connect() as conn:
-                self.high_water = high_water(conn, self.acks, self.wal)
+                self.known = known_batches(conn, self.acks, self.wal)
         except DBAPIError as e:
             raise mysql_error(e, sink_id=self.sink_id) from e
         log.info(

@@ -35,9 +35,13 @@ from wal_sink.mysql import lease
 from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.protocol.committer import CommitResult
 from wal_sink.protocol.pipeline import Applied, Handoff, Pipeline
-from wal_sink.protocol.recovery import check_checkpoint
+from wal_sink.protocol.recovery import check_checkpoint, check_commit_log
 from wal_sink.protocol.sink_instance import SinkInstance
-from wal_sink.spark.checkpoint import batch_timestamp_ms, last_planned_batch
+from wal_sink.spark.checkpoint import (
+    batch_timestamp_ms,
+    last_committed_batch,
+    last_planned_batch,
+)
 from wal_sink.spark.staging import stage
 
 log = logging.getLogger(__name__)
@@ -93,7 +97,8 @@ class WalSink(SinkInstance):
     def recover(
         self, spark: SparkSession | None = None, checkpoint: str | None = None
     ) -> list[CommitResult]:
-        """Take the lease, check the checkpoint (I7), apply unacked batches in order.
+        """Take the lease, check the checkpoint both ways (I7), apply unacked batches
+        in order.
 
         Args:
             spark: needed to read the checkpoint; without it the check is left to
@@ -112,6 +117,12 @@ class WalSink(SinkInstance):
                 self._checkpoint,
                 last_planned_batch(spark, self._checkpoint),
                 self.high_water,
+            )
+            check_commit_log(
+                self.sink_id,
+                self._checkpoint,
+                last_committed_batch(spark, self._checkpoint),
+                self.known,
             )
         return super().recover()
 
@@ -234,15 +245,29 @@ class WalSink(SinkInstance):
 
     def _guard_first_batch(self, batch_id: int) -> None:
         """I7 without a checkpoint to read: after a restart Spark's first batch is the
-        last planned one or the next, never below what the sink already knows."""
+        last planned one or the next, never below what the sink already knows, and
+        never beyond the batch after it (Spark would have committed batches the
+        sink never staged)."""
         if self._first_batch_seen:
             return
         self._first_batch_seen = True
-        if self.high_water is not None and batch_id < self.high_water:
+        known = self.high_water
+        if known is not None and batch_id < known:
             raise CheckpointResetError(
                 f"Spark delivered batch {batch_id} first, but the WAL/ack table "
-                f"already hold batch {self.high_water}: the checkpoint was reset or "
+                f"already hold batch {known}: the checkpoint was reset or "
                 "replaced. Restore it, or use a new sink.id",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
+        expected = 0 if known is None else known + 1
+        if batch_id > expected:
+            raise CheckpointResetError(
+                f"Spark delivered batch {batch_id} first, but the WAL/ack table know "
+                f"batches only up to {'none' if known is None else known}: Spark "
+                f"committed batch(es) {expected}..{batch_id - 1} into a WAL that is "
+                "gone (deleted, moved, or wal.path changed). Restore the WAL; to start "
+                "over, use a new checkpoint too",
                 sink_id=self.sink_id,
                 batch_id=batch_id,
             )
