@@ -116,6 +116,7 @@ def init_db_command(ctx: click.Context) -> None:
     from wal_sink.mysql.tables import init_db
 
     with _instance(ctx) as sink:
+        sink.check_owners()  # a copied config is refused before any table is made
         init_db(sink.engine, sink.config.mysql)
         t = sink.tables
         out.print(f"tables {t.ack.name}, {t.lease.name} and {t.outbox.name} are ready")
@@ -310,7 +311,6 @@ def purge(
     Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
     """
     from wal_sink.protocol.purge import check_retention, plan_purge
-    from wal_sink.wal.conditional_put import check_conditional_put
 
     if (before is None) == (older_than is None):
         raise click.UsageError(
@@ -325,7 +325,7 @@ def purge(
         if do_vacuum:  # before any purge work
             check_retention(sink.config.wal, retain, retain_seconds)
         if not dry_run:  # purge commits to the WAL beside a running job
-            check_conditional_put(sink.config.storage, [sink.wal.path])
+            sink.claim_tables()
         plan = plan_purge(sink, before=before, older_than=age)
         verb = "would remove" if dry_run else "removing"
         out.print(
@@ -347,7 +347,11 @@ def purge(
             out.print(f"dropped {forgotten} ack row(s) of purged batches")
         if do_vacuum:
             result = vacuum(
-                sink.wal.path, sink.wal.storage, retain_seconds, dry_run=dry_run
+                sink.wal.path,
+                sink.wal.storage,
+                retain_seconds,
+                sink_id=sink.sink_id,
+                dry_run=dry_run,
             )
             verb = "vacuum would free" if dry_run else "vacuum freed"
             out.print(f"{verb} {size(result.bytes)} in {result.files} file(s)")
@@ -381,11 +385,7 @@ def inspect(
         raise click.UsageError("give a batch id, or --quarantine")
     with _instance(ctx) as sink:
         if quarantine:
-            from wal_sink.wal.quarantine import Quarantine
-
-            entries = Quarantine(
-                sink.config.quarantine_path, sink.sink_id, storage=sink.config.storage
-            ).read(limit, batch_id)
+            entries = sink.quarantine.read(limit, batch_id)
             out.print(quarantine_table(sink.config.quarantine_path, entries))
             return
         batch = sink.wal.staged_batch(batch_id)

@@ -61,7 +61,9 @@ def plan_purge(
 def execute_purge(sink: SinkInstance, plan: PurgePlan) -> int:
     """Remove the plan's batches from the WAL, then their ack rows; returns how many
     ack rows were dropped."""
-    delete_batches(sink.wal.path, sink.wal.storage, list(plan.remove))
+    delete_batches(
+        sink.wal.path, sink.wal.storage, list(plan.remove), sink_id=sink.sink_id
+    )
     with sink.engine.begin() as conn:
         return sink.acks.forget(conn, list(plan.remove))
 

@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config
+from wal_sink.errors import WalSinkError
 from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
 from wal_sink.mysql.acks import AckTable
@@ -24,7 +25,10 @@ from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
 from wal_sink.wal.conditional_put import check_conditional_put
+from wal_sink.wal.ownership import QUARANTINE, WAL, adopt
+from wal_sink.wal.quarantine import Quarantine
 from wal_sink.wal.reader import WalReader
+from wal_sink.wal.storage_errors import storage_error
 from wal_sink.wal.writer import WalWriter
 
 log = logging.getLogger(__name__)
@@ -50,6 +54,9 @@ class SinkInstance:
         self._engine = engine
         self.wal = WalReader(config.wal_path, config.storage, config.sink.id)
         self.writer = WalWriter(config.wal_path, config.sink.id, config.storage)
+        self.quarantine = Quarantine(
+            config.quarantine_path, config.sink.id, storage=config.storage
+        )
         self.tables = sink_tables(config.mysql)
         self.acks = AckTable(self.tables.ack, config.sink.id)
         self.stop = stop or threading.Event()
@@ -77,14 +84,38 @@ class SinkInstance:
     def epoch(self) -> int | None:
         return self.committer.epoch if self.committer else None
 
+    def check_owners(self) -> None:
+        """Refuse (ConfigError) a WAL or quarantine table another sink owns (I9)."""
+        self.wal.table()
+        self.quarantine.table()
+
+    def claim_tables(self) -> None:
+        """Before this sink writes its WAL or quarantine table: refuse tables another
+        sink owns, then check the object store of both (conditional puts), then
+        adopt tables an earlier version left without an owner."""
+        self.check_owners()
+        config = self.config
+        check_conditional_put(config.storage, (config.wal_path, config.quarantine_path))
+        for table, location, what in (
+            (self.wal.table(), config.wal_path, WAL),
+            (self.quarantine.table(), config.quarantine_path, QUARANTINE),
+        ):
+            if table is None:
+                continue
+            try:
+                adopt(table, self.sink_id, location, what)
+            except WalSinkError:
+                raise
+            except Exception as e:
+                raise storage_error(e, location, sink_id=self.sink_id) from e
+
     def start(self) -> Committer:
-        """Check the target, create the sink tables if needed and take the lease
-        (once per instance). While MySQL is unreachable this waits, within the
-        outage budget, instead of failing at once."""
+        """Claim the WAL and quarantine table (nothing is written for a sink that
+        does not own them), check the target, create the sink tables if needed and
+        take the lease (once per instance). While MySQL is unreachable this waits,
+        within the outage budget, instead of failing at once."""
         if self.committer is None:
-            check_conditional_put(
-                self.config.storage, (self.config.wal_path, self.config.quarantine_path)
-            )
+            self.claim_tables()
             self.committer = within_budget(
                 self._take_lease,
                 self.config.mysql,

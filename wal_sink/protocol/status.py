@@ -16,7 +16,6 @@ from wal_sink.mysql.errors import error_code
 from wal_sink.protocol.outbox import Outbox
 from wal_sink.protocol.recovery import unacked_batches
 from wal_sink.protocol.sink_instance import SinkInstance
-from wal_sink.wal.quarantine import Quarantine
 
 NO_SUCH_TABLE = 1146
 
@@ -73,9 +72,9 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         with sink.engine.connect() as conn:
             acks = sink.acks.summary(conn)
             unacked = unacked_batches(wal, sink.acks, conn, staged)
-            outbox = Outbox(
-                sink.tables.outbox, sink.sink_id, _quarantine(sink)
-            ).waiting(conn)
+            outbox = Outbox(sink.tables.outbox, sink.sink_id, sink.quarantine).waiting(
+                conn
+            )
             lease_row = conn.execute(
                 select(lease.c.epoch, lease.c.holder, lease.c.acquired_at).where(
                     lease.c.sink_id == sink.sink_id
@@ -125,8 +124,3 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         lease_holder=lease_row[1] if lease_row else None,
         lease_acquired_at=lease_row[2].isoformat() if lease_row else None,
     )
-
-
-def _quarantine(sink: SinkInstance) -> Quarantine:
-    config = sink.config
-    return Quarantine(config.quarantine_path, sink.sink_id, storage=config.storage)
