@@ -94,6 +94,14 @@ def test_row_errors_are_told_apart():
     assert is_row_error(_mysql(1406)) and not is_row_error(_mysql(1213))
 
 
+@pytest.mark.parametrize("code", [1265, 1690, 1451, 3140, 4025])
+def test_errors_one_row_causes_are_row_errors_not_terminal(code):
+    """Bad ENUM/SET value or truncated number, a computed value out of range, a
+    deleted parent still referenced, invalid JSON (MySQL 8), a failed CHECK (MariaDB's
+    JSON columns): the row is set aside, the batch goes on."""
+    assert is_row_error(_mysql(code)) and not is_transient(_mysql(code))
+
+
 @pytest.mark.parametrize(
     "error, transient",
     [

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import ArrayType, MapType, StructType
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -33,6 +34,7 @@ from wal_sink.errors import CheckpointResetError, FencedError, first_line
 from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
 from wal_sink.mysql.errors import is_transient, mysql_error
+from wal_sink.mysql.row_screen import check_json_targets
 from wal_sink.protocol.committer import CommitResult
 from wal_sink.protocol.pipeline import Applied, Handoff, Pipeline
 from wal_sink.protocol.recovery import check_checkpoint, check_commit_log
@@ -125,6 +127,18 @@ class WalSink(SinkInstance):
                 self.known,
             )
         return super().recover()
+
+    def check_stream_schema(self, schema: StructType) -> None:
+        """Refuse, before a query starts, a struct, array or map column of the stream
+        whose target column is neither JSON nor text (the sink writes such values as
+        JSON text); the committer checks each new schema the same way."""
+        nested = {
+            f.name: f.dataType.simpleString()
+            for f in schema.fields
+            if isinstance(f.dataType, (StructType, ArrayType, MapType))
+        }
+        if nested:
+            check_json_targets(self.start().rows.target(), nested)
 
     def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
         """The ``foreachBatch`` function: stage, hand over to the committer, return.
