@@ -46,9 +46,7 @@ def set_aside(config) -> dict[str, str]:
     return {json.loads(e["record"])["k"]: e["reason"] for e in entries}
 
 
-def test_rows_mysql_rejects_for_their_own_values_are_set_aside(
-    spark, db, make_config
-):
+def test_rows_mysql_rejects_for_their_own_values_are_set_aside(spark, db, make_config):
     fresh(
         db,
         "CREATE TABLE edge (k VARCHAR(8) PRIMARY KEY, colour ENUM('red', 'green'), "
@@ -85,8 +83,7 @@ def test_rows_mysql_rejects_for_their_own_values_are_set_aside(
 def test_a_cdc_delete_of_a_referenced_parent_is_set_aside(spark, db, make_config):
     fresh(
         db,
-        "CREATE TABLE cdc_parent (k VARCHAR(8) PRIMARY KEY, seq BIGINT) "
-        "ENGINE=InnoDB",
+        "CREATE TABLE cdc_parent (k VARCHAR(8) PRIMARY KEY, seq BIGINT) ENGINE=InnoDB",
         "CREATE TABLE cdc_child (id INT PRIMARY KEY, p VARCHAR(8), FOREIGN KEY (p) "
         "REFERENCES cdc_parent (k)) ENGINE=InnoDB",
     )
@@ -107,8 +104,7 @@ def test_a_cdc_delete_of_a_referenced_parent_is_set_aside(spark, db, make_config
 def test_text_that_is_not_utf8_is_set_aside(spark, db, make_config):
     fresh(
         db,
-        "CREATE TABLE notes (k VARCHAR(8) PRIMARY KEY, note VARCHAR(32)) "
-        "ENGINE=InnoDB",
+        "CREATE TABLE notes (k VARCHAR(8) PRIMARY KEY, note VARCHAR(32)) ENGINE=InnoDB",
     )
     config = make_config(table="notes")
     df = spark.createDataFrame(
