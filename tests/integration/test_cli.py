@@ -52,6 +52,7 @@ STATUS_KEYS = {
     "rows_applied",
     "rows_deleted",
     "rows_quarantined",
+    "quarantined_batches",
     "last_commit_at",
     "lag_seconds",
     "lag_batches",

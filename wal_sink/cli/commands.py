@@ -79,7 +79,8 @@ def _fail(message: str, code: int) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Log what the library does.")
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
-    """See, recover, replay, purge and inspect a wal_sink write-ahead log.
+    """See, recover, replay, purge and inspect a wal_sink write-ahead log, and set
+    aside a batch that cannot be applied.
 
     Example: wal-sink -c conf/local.toml status
     """
@@ -396,6 +397,40 @@ def inspect(
             )
         rows = sink.wal.head(batch, limit)
     out.print(rows_table(batch, rows))
+
+
+@main.command("quarantine-batch")
+@click.argument("batch_id", type=click.IntRange(min=0))
+@click.option("--yes", is_flag=True, help="Do not ask before setting it aside.")
+@click.pass_context
+@_one_line_errors
+def quarantine_batch(ctx: click.Context, batch_id: int, yes: bool) -> None:
+    """Set staged batch N aside whole: its rows go to the quarantine table, its ack
+    row says quarantined, and it is never applied.
+
+    For a batch that fails for a reason no row carries. Only the lowest staged batch
+    without an ack; exactly once. Takes the lease: a running job of this sink is
+    fenced and stops.
+
+    Example: wal-sink -c conf/local.toml quarantine-batch 42
+    """
+    from wal_sink.protocol.quarantine_batch import plan_set_aside, set_aside_batch
+
+    with _instance(ctx) as sink:
+        plan = plan_set_aside(sink, batch_id)
+        where = sink.config.quarantine_path
+        out.print(
+            f"batch {batch_id}: its {plan.rows} row(s) go to the quarantine table "
+            f"{where} and the batch is acked as quarantined; it is never applied"
+        )
+        if not yes and not click.confirm(f"Set batch {batch_id} aside?", err=True):
+            _fail("quarantine-batch cancelled; nothing changed", EXIT_FAILED)
+        result = set_aside_batch(sink, plan)
+    if not result.applied:
+        _fail(f"batch {batch_id} has an ack already; nothing changed", EXIT_FAILED)
+    out.print(
+        f"batch {batch_id}: {result.quarantined} row(s) set aside, acked as quarantined"
+    )
 
 
 @main.command("config-schema")

@@ -13,7 +13,8 @@ The transaction, in order (DESIGN.md §2):
 3. For each batch to apply, in batch order (I8): find its files in the WAL, insert
    the ack row first (its primary key stops a second apply), apply the staged rows
    (batch_rows.py), put the rows set aside into the quarantine outbox, fill in the
-   ack row's counts.
+   ack row's counts. A batch set aside whole (``wal-sink quarantine-batch``) puts
+   all its rows into the outbox instead, under an ack row marked quarantined.
 4. COMMIT. The group's rows and acks become visible together (I3), or not at all.
 
 Transient errors (MySQL's and storage's) roll the transaction back and retry it
@@ -29,7 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink import faults
@@ -39,11 +40,12 @@ from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql.acks import Ack, AckTable
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.lease import check as check_lease
-from wal_sink.mysql.tables import sink_tables
+from wal_sink.mysql.row_screen import row_record
+from wal_sink.mysql.tables import APPLIED, QUARANTINED, sink_tables
 from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
 from wal_sink.protocol.outbox import Outbox
 from wal_sink.protocol.retry import OutageBudget
-from wal_sink.wal.quarantine import Quarantine
+from wal_sink.wal.quarantine import Entry, Quarantine
 from wal_sink.wal.reader import BatchState, StagedBatch, WalReader
 
 log = logging.getLogger(__name__)
@@ -108,12 +110,20 @@ class Committer:
             [batch if batch is not None else batch_id], force=force, on_chunk=on_chunk
         )[0]
 
+    def set_aside(self, batch_id: int) -> CommitResult:
+        """Set staged batch ``batch_id`` aside whole, exactly once: every row into the
+        quarantine table (through the outbox), its ack row marked quarantined,
+        nothing applied (``wal-sink quarantine-batch``; the caller keeps batch
+        order). ``applied`` is False when the batch had an ack already."""
+        return self.apply_group([batch_id], set_aside=True)[0]
+
     def apply_group(
         self,
         batches: list[StagedBatch | int],
         *,
         force: bool = False,
         on_chunk: ChunkCallback | None = None,
+        set_aside: bool = False,
     ) -> list[CommitResult]:
         """Apply consecutive staged batches in one transaction, in batch order.
 
@@ -123,6 +133,8 @@ class Committer:
                 row is replaced in the same transaction, so ``add`` columns add
                 again — once, even when a COMMIT reply is lost.
             on_chunk: progress callback, called inside the open transaction.
+            set_aside: put the batches' rows into the quarantine instead of the
+                target, and ack them as quarantined.
 
         Raises:
             FencedError: a newer instance holds the lease.
@@ -144,7 +156,9 @@ class Committer:
         while True:
             apply_id = uuid.uuid4().hex
             try:
-                results = self._transaction(batches, apply_id, tried, force, on_chunk)
+                results = self._transaction(
+                    batches, apply_id, tried, force, on_chunk, set_aside
+                )
                 break
             except FencedError:
                 self.metrics.lease_held.set(0)
@@ -190,6 +204,7 @@ class Committer:
         tried: set[str],
         force: bool,
         on_chunk: ChunkCallback | None,
+        set_aside: bool,
     ) -> list[CommitResult]:
         ids = [b.batch_id if isinstance(b, StagedBatch) else b for b in batches]
         first, last = ids[0], ids[-1]
@@ -217,17 +232,25 @@ class Committer:
                         self.acks.remove(conn, batch_id)
                     # Step 3. Its files, the ack row first, the rows, the counts.
                     batch = self._resolve(wanted)
-                    if not self.acks.insert(conn, batch_id, self.epoch, apply_id):
+                    state = QUARANTINED if set_aside else APPLIED
+                    if not self.acks.insert(
+                        conn, batch_id, self.epoch, apply_id, state
+                    ):
                         raise TransientError(
                             "an ack row appeared under the lock; retrying",
                             sink_id=self.sink_id,
                             batch_id=batch.batch_id,
                         )
-                    rows, deleted, bad = self.rows.apply(conn, batch, on_chunk)
-                    self.outbox.put(conn, apply_id, batch.batch_id, bad)
-                    self._outbox_filled |= bool(bad)
-                    self.acks.complete(conn, batch.batch_id, rows, deleted, len(bad))
-                    results.append((batch_id, None, rows, deleted, len(bad)))
+                    if set_aside:
+                        rows = deleted = 0
+                        put = self._put_whole_batch(conn, batch, apply_id)
+                    else:
+                        rows, deleted, bad = self.rows.apply(conn, batch, on_chunk)
+                        self.outbox.put(conn, apply_id, batch_id, bad)
+                        put = len(bad)
+                    self._outbox_filled |= bool(put)
+                    self.acks.complete(conn, batch_id, rows, deleted, put)
+                    results.append((batch_id, None, rows, deleted, put))
                     faults.hit("commit.before_commit", batch_id)
                 # Step 4. COMMIT (leaving the block).
             faults.hit("commit.after_commit", last)
@@ -238,6 +261,23 @@ class Committer:
         seconds = time.monotonic() - started
         self.metrics.commit_seconds.observe(seconds)
         return [self._result(r, tried, seconds) for r in results]
+
+    def _put_whole_batch(
+        self, conn: Connection, batch: StagedBatch, apply_id: str
+    ) -> int:
+        """Every row of the batch into the outbox, chunk by chunk; returns how many."""
+        reason = (
+            f"set aside whole by wal-sink quarantine-batch {batch.batch_id}; "
+            "not applied"
+        )
+        put = 0
+        for chunk in self.wal.read_batch(batch, self.config.wal.chunk_rows):
+            entries = [
+                Entry(row_record(chunk, i), reason) for i in range(chunk.num_rows)
+            ]
+            self.outbox.put(conn, apply_id, batch.batch_id, entries)
+            put += len(entries)
+        return put
 
     def _result(self, outcome, tried: set[str], seconds: float) -> CommitResult:
         batch_id, ack, rows, deleted, quarantined = outcome

@@ -133,6 +133,7 @@ class SinkInstance:
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)
             with self.engine.connect() as conn:
                 self.known = known_batches(conn, self.acks, self.wal)
+                set_aside = self.acks.set_aside(conn)
         except DBAPIError as e:
             raise mysql_error(e, sink_id=self.sink_id) from e
         log.info(
@@ -142,6 +143,7 @@ class SinkInstance:
             self.high_water,
         )
         self.metrics.lease_epoch.set(epoch)
+        self.metrics.batches_quarantined.set(len(set_aside))
         self.metrics.lease_held.set(1)
         return Committer(
             self.config, self.engine, self.wal, epoch, self.stop, self.metrics
