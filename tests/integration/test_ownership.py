@@ -110,6 +110,7 @@ def test_second_sink_on_the_same_wal_path_is_refused_everywhere(
         ["replay", "--from", "0", "--to", "1", "--force", "--yes"],
         ["purge", "--before", "2", "--dry-run"],
         ["purge", "--before", "2", "--vacuum"],
+        ["quarantine-batch", "1", "--yes"],
         ["init-db"],
     ):
         r = cli(beta_path, *command)

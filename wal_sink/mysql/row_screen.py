@@ -120,11 +120,17 @@ def oversized(
     ``max_allowed_packet`` (an upper bound of each row's statement: its escaped
     values and the SQL around them). ``deletes`` marks CDC deletes, which send
     their key only."""
-    sizes = _statement_bytes(chunk, chunk.schema.names)
+    limit = max_packet - 1  # the packet's command byte
+    names = chunk.schema.names
+    if _chunk_bound(chunk) <= limit:
+        return {}  # no row, not even the chunk's whole text, can pass the limit
+    if pc.max(_statement_bytes(chunk, names)).as_py() <= limit:
+        return {}  # even with every byte escaped: without a regex
+    sizes = _statement_bytes(chunk, names, exact=True)
     if deletes is not None:
-        key_sizes = _statement_bytes(chunk, list(key))
+        key_sizes = _statement_bytes(chunk, list(key), exact=True)
         sizes = pc.if_else(pc.fill_null(deletes, False), key_sizes, sizes)
-    over = pc.greater(sizes, max_packet - 1)  # the packet's command byte
+    over = pc.greater(sizes, limit)
     if not pc.any(over).as_py():
         return {}
     return {
@@ -154,7 +160,29 @@ def row_record(
     return record
 
 
-def _statement_bytes(chunk: pa.RecordBatch, names: list[str]) -> pa.Array:
+def _chunk_bound(chunk: pa.RecordBatch) -> int:
+    """A bound of any row's statement from the size of the chunk's text buffers,
+    without looking at a row: every byte of a column's text in one row, escaped."""
+    bound = STATEMENT_BYTES + COLUMN_BYTES * chunk.num_columns
+    for column in chunk.columns:
+        kind = column.type
+        if (
+            pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)
+            or (pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
+        ):
+            data = column.buffers()[2]
+            bound += 2 * (data.size if data is not None else 0) + TEXT_EXTRA
+        else:
+            bound += SCALAR_BYTES
+    return bound
+
+
+def _statement_bytes(
+    chunk: pa.RecordBatch, names: list[str], exact: bool = False
+) -> pa.Array:
+    """Each row's statement size: at most, or (``exact``) with text's escapes
+    counted rather than assumed on every byte."""
     total = pa.array(
         [STATEMENT_BYTES + COLUMN_BYTES * len(names)] * chunk.num_rows, pa.int64()
     )
@@ -165,10 +193,11 @@ def _statement_bytes(chunk: pa.RecordBatch, names: list[str]) -> pa.Array:
             column = _as_binary(column)
             kind = column.type
         if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-            escapes = pc.count_substring_regex(column, MYSQL_ESCAPED)
-            width = pc.add(
-                pc.add(pc.binary_length(column).cast(pa.int64()), escapes), TEXT_EXTRA
+            length = pc.binary_length(column).cast(pa.int64())
+            escapes = (
+                pc.count_substring_regex(column, MYSQL_ESCAPED) if exact else length
             )
+            width = pc.add(pc.add(length, escapes), TEXT_EXTRA)
         else:
             width = pa.array([SCALAR_BYTES] * chunk.num_rows, pa.int64())
         total = pc.add(total, pc.fill_null(width.cast(pa.int64()), NULL_BYTES))

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config
-from wal_sink.errors import WalSinkError
+from wal_sink.errors import ConfigError, WalSinkError, first_line
 from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
 from wal_sink.mysql.acks import AckTable
@@ -30,6 +31,9 @@ from wal_sink.wal.quarantine import Quarantine
 from wal_sink.wal.reader import WalReader
 from wal_sink.wal.storage_errors import storage_error
 from wal_sink.wal.writer import WalWriter
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
 
@@ -84,24 +88,41 @@ class SinkInstance:
     def epoch(self) -> int | None:
         return self.committer.epoch if self.committer else None
 
-    def check_owners(self) -> None:
-        """Refuse (ConfigError) a WAL or quarantine table another sink owns (I9)."""
-        self.wal.table()
-        self.quarantine.table()
+    def check_owners(self) -> list[tuple[DeltaTable, str, str]]:
+        """Refuse (ConfigError) a WAL or quarantine table another sink owns (I9);
+        return the tables found, with their location and kind.
+
+        A quarantine table that cannot be opened now does not stop the sink: rows
+        set aside wait in the outbox, and its owner is checked when they are
+        written to it."""
+        config = self.config
+        found = []
+        wal = self.wal.table()
+        if wal is not None:
+            found.append((wal, config.wal_path, WAL))
+        try:
+            quarantine = self.quarantine.table()
+        except ConfigError:
+            raise
+        except WalSinkError as e:
+            log.warning(
+                "sink %s: %s; checked again when rows are set aside",
+                self.sink_id,
+                first_line(e),
+            )
+            quarantine = None
+        if quarantine is not None:
+            found.append((quarantine, config.quarantine_path, QUARANTINE))
+        return found
 
     def claim_tables(self) -> None:
         """Before this sink writes its WAL or quarantine table: refuse tables another
         sink owns, then check the object store of both (conditional puts), then
         adopt tables an earlier version left without an owner."""
-        self.check_owners()
+        found = self.check_owners()
         config = self.config
         check_conditional_put(config.storage, (config.wal_path, config.quarantine_path))
-        for table, location, what in (
-            (self.wal.table(), config.wal_path, WAL),
-            (self.quarantine.table(), config.quarantine_path, QUARANTINE),
-        ):
-            if table is None:
-                continue
+        for table, location, what in found:
             try:
                 adopt(table, self.sink_id, location, what)
             except WalSinkError:

@@ -25,6 +25,7 @@ from wal_sink.errors import TransientError
 from wal_sink.storage import Storage
 from wal_sink.wal.ownership import QUARANTINE, check_owner, owned_configuration
 from wal_sink.wal.reader import delta_table, open_parquet
+from wal_sink.wal.storage_errors import storage_error
 
 SCHEMA = pa.schema(
     [
@@ -73,6 +74,8 @@ class Quarantine:
             table = delta_table(self.path, self.storage)
         except TableNotFoundError:
             return None
+        except Exception as e:
+            raise storage_error(e, self.path, sink_id=self.sink_id) from e
         check_owner(table, self.sink_id, self.path, QUARANTINE)
         return table
 
