@@ -94,8 +94,14 @@ def test_a_first_batch_beyond_what_the_sink_knows_is_refused(
     sink = WalSink(load_config(sink_config))
     sink.start()
     df = spark.createDataFrame([("x", Decimal(1), 1)], SCHEMA)
-    with pytest.raises(CheckpointResetError, match="delivered batch 2 first"):
+    with pytest.raises(CheckpointResetError) as refused:
         sink.foreach_batch(df, 2)
+    assert str(refused.value) == (
+        "sink 'ahead', batch 2: Spark delivered batch 2 first, but the WAL/ack table "
+        "know no batch: Spark committed batch(es) 0..1 into a WAL that is gone "
+        "(deleted, moved, or wal.path changed). Restore the WAL; to start over, use a "
+        "new checkpoint too"
+    )
     assert sink.wal.last_staged("ahead") is None, "nothing staged"
     sink.close()
 

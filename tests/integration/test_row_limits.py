@@ -73,6 +73,9 @@ def test_rows_mysql_rejects_for_their_own_values_are_set_aside(spark, db, make_c
         ("d", "green", 2),
     ]
     reasons = set_aside(config)
+    assert reasons["b"] == (
+        "MySQL error 1265: (1265, \"Data truncated for column 'colour' at row 1\")"
+    )
     assert {k: r.split(":")[0] for k, r in reasons.items()} == {
         "b": "MySQL error 1265",
         "big": "MySQL error 1690",

@@ -59,7 +59,8 @@ def check_checkpoint(
     raise CheckpointResetError(
         f"the WAL/ack table already hold batch {known} but {checkpoint!r} is {seen}: "
         "the Spark checkpoint was reset or replaced. Restore the original checkpoint, "
-        "or give the query a new sink.id (or clear this sink's WAL and ack rows)",
+        "or start over with a new sink.id and a wal.path of its own (or clear this "
+        "sink's WAL and ack rows)",
         sink_id=sink_id,
     )
 

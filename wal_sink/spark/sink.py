@@ -270,7 +270,8 @@ class WalSink(SinkInstance):
             raise CheckpointResetError(
                 f"Spark delivered batch {batch_id} first, but the WAL/ack table "
                 f"already hold batch {known}: the checkpoint was reset or "
-                "replaced. Restore it, or use a new sink.id",
+                "replaced. Restore it, or start over with a new sink.id and "
+                "wal.path",
                 sink_id=self.sink_id,
                 batch_id=batch_id,
             )
@@ -278,7 +279,7 @@ class WalSink(SinkInstance):
         if batch_id > expected:
             raise CheckpointResetError(
                 f"Spark delivered batch {batch_id} first, but the WAL/ack table know "
-                f"batches only up to {'none' if known is None else known}: Spark "
+                f"{'no batch' if known is None else f'batches up to {known}'}: Spark "
                 f"committed batch(es) {expected}..{batch_id - 1} into a WAL that is "
                 "gone (deleted, moved, or wal.path changed). Restore the WAL; to start "
                 "over, use a new checkpoint too",

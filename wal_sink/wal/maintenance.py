@@ -6,8 +6,9 @@ on a fresh snapshot (wal_writer.py).
 Vacuum removes files older than the retention that the table no longer references:
 batches purged earlier, and what crashes left behind — an attempt's Parquet files
 written but never committed, delta-rs's ``NNN.json#N`` and Delta's ``*.tmp`` commit
-files in ``_delta_log``. Keep the retention above the longest stage: a younger file
-may belong to a batch being written right now.
+files in ``_delta_log``. The retention must stay above the longest stage: a younger
+file may belong to a batch being written right now (``purge`` refuses one under
+``wal.min_vacuum_retention``). Only the sink that owns the WAL purges or vacuums it.
 """
 
 from __future__ import annotations
