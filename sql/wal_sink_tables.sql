@@ -1,11 +1,14 @@
 -- wal_sink's own tables, with the default names (mysql.ack_table, mysql.lease_table,
 -- mysql.outbox_table). `wal-sink init-db` and the job create them; this file is for
 -- DBAs who create tables by hand. tests/unit/test_schema.py keeps it equal to
--- wal_sink/schema.py. Upgrading from 0.1: sql/upgrade_0.2.sql.
+-- wal_sink/mysql/tables.py. Upgrading: sql/upgrade_0.2.sql (from 0.1), then
+-- sql/upgrade_0.3.sql.
 
 -- One row per applied batch, inserted first in the batch's own transaction (its
 -- primary key stops a second apply) and completed with the counts before COMMIT.
--- apply_id names the apply that wrote it (its quarantine entries carry it too).
+-- apply_id names the apply that wrote it (its quarantine entries carry it too);
+-- state is 'applied', or 'quarantined' for a batch `wal-sink quarantine-batch` set
+-- aside whole (its rows are in the quarantine table, none in the target).
 CREATE TABLE IF NOT EXISTS wal_sink_ack (
 	sink_id VARCHAR(128) NOT NULL,
 	batch_id BIGINT NOT NULL,
@@ -15,6 +18,7 @@ CREATE TABLE IF NOT EXISTS wal_sink_ack (
 	epoch BIGINT NOT NULL,
 	committed_at DATETIME(6) NOT NULL,
 	apply_id CHAR(32),
+	state VARCHAR(16) NOT NULL DEFAULT 'applied',
 	PRIMARY KEY (sink_id, batch_id)
 )ENGINE=InnoDB;
 

@@ -86,6 +86,11 @@ class SinkMetrics:
         self.restarts = counter(
             "wal_sink_query_restarts", "Restarts of the streaming query by the job."
         )
+        self.batches_quarantined = gauge(
+            "wal_sink_batches_quarantined",
+            "Batches set aside whole by wal-sink quarantine-batch (acked as "
+            "quarantined, never applied), as the ack table held them at start.",
+        )
         self.lease_epoch = gauge(
             "wal_sink_lease_epoch", "Fencing epoch of the lease this process took."
         )

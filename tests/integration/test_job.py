@@ -314,9 +314,9 @@ def test_invoice_pipeline_from_files_is_exact(db, tmp_path):
         os.utime(path, (1_700_000_000 + i,) * 2)
     conf = (REPO / "conf" / "invoices_files.toml").read_text()
     conf = (
-        conf.replace("var/landing/invoices", str(landing))
-        .replace("var/wal/invoices_files", str(tmp_path / "wal"))
-        .replace("var/checkpoints/invoices_files", str(tmp_path / "cp"))
+        conf.replace("../var/landing/invoices", str(landing))
+        .replace("../var/wal/invoices_files", str(tmp_path / "wal"))
+        .replace("../var/checkpoints/invoices_files", str(tmp_path / "cp"))
         .replace("mysql+pymysql://sink@127.0.0.1:33306/shop", db.url)
         .replace("maxFilesPerTrigger = 2", "maxFilesPerTrigger = 1")
     )

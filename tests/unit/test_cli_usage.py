@@ -11,7 +11,15 @@ from click.testing import CliRunner
 
 from wal_sink.cli.commands import main
 
-COMMANDS = ["init-db", "status", "recover", "replay", "purge", "inspect"]
+COMMANDS = [
+    "init-db",
+    "status",
+    "recover",
+    "replay",
+    "purge",
+    "inspect",
+    "quarantine-batch",
+]
 
 
 def run(*args: str):
@@ -33,6 +41,7 @@ def test_every_command_help_has_an_example(command):
         (["replay", "--from", "3", "--to", "1"], "--from 3 is after --to 1"),
         (["inspect"], "give a batch id, or --quarantine"),
         (["replay", "--from", "-1", "--to", "1"], "-1 is not in the range"),
+        (["quarantine-batch"], "Missing argument 'BATCH_ID'"),
     ],
 )
 def test_usage_errors_exit_two_before_reading_anything(args, says):
@@ -71,3 +80,5 @@ def test_config_schema_describes_every_key():
         "keep",
     ]
     assert mysql["ack_table"]["default"] == "wal_sink_ack"
+    wal = schema["$defs"]["WalConfig"]["properties"]
+    assert "config file's directory" in wal["path"]["description"]

@@ -1,5 +1,7 @@
 """Config: every mistake is one ConfigError line naming the key."""
 
+from pathlib import Path
+
 import pytest
 
 from wal_sink.config import config_from_dict, load_config, mysql_password
@@ -125,3 +127,34 @@ def test_durations(text, seconds):
 def test_bad_duration_says_the_form():
     with pytest.raises(ValueError, match="e.g. '10 seconds'"):
         parse_duration("ten")
+
+
+def test_relative_paths_resolve_against_the_config_files_directory(
+    tmp_path, monkeypatch
+):
+    """Not the current directory: a job or CLI started elsewhere must find the same
+    WAL and checkpoint, not new empty ones."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "sink.toml").write_text(
+        "[sink]\nid = 's'\n[wal]\npath = '../var/wal'\n"
+        "[mysql]\nurl = 'mysql+pymysql://u@h/d'\ntable = 't'\nkey = ['k']\n"
+        "password_file = 'pw'\n[job]\ncheckpoint = 'cp'\n"
+    )
+    elsewhere = tmp_path / "elsewhere" / "deeper"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    c = load_config("../../conf/sink.toml")
+    assert c.wal.path == str(tmp_path / "var" / "wal")
+    assert c.quarantine_path == str(tmp_path / "var" / "wal_quarantine")
+    assert c.job.checkpoint == str(conf / "cp")
+    assert c.mysql.password_file == str(conf / "pw")
+
+
+def test_the_example_configs_point_into_the_checkouts_var(monkeypatch, tmp_path):
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    for name in ("local", "invoices", "invoices_files"):
+        c = load_config(repo / "conf" / f"{name}.toml")
+        assert c.wal.path == str(repo / "var" / "wal" / name)
+        assert c.job.checkpoint == str(repo / "var" / "checkpoints" / name)

@@ -79,7 +79,8 @@ def _fail(message: str, code: int) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Log what the library does.")
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
-    """See, recover, replay, purge and inspect a wal_sink write-ahead log.
+    """See, recover, replay, purge and inspect a wal_sink write-ahead log, and set
+    aside a batch that cannot be applied.
 
     Example: wal-sink -c conf/local.toml status
     """
@@ -116,6 +117,7 @@ def init_db_command(ctx: click.Context) -> None:
     from wal_sink.mysql.tables import init_db
 
     with _instance(ctx) as sink:
+        sink.check_owners()  # a copied config is refused before any table is made
         init_db(sink.engine, sink.config.mysql)
         t = sink.tables
         out.print(f"tables {t.ack.name}, {t.lease.name} and {t.outbox.name} are ready")
@@ -292,7 +294,8 @@ def replay(
     default="1 hour",
     show_default=True,
     help="--vacuum keeps unreferenced files younger than this (in whole hours, "
-    "rounded up); keep it above your longest batch write while a job runs.",
+    "rounded up); at least wal.min_vacuum_retention (default 1 hour), and above "
+    "your slowest stage while a job runs.",
 )
 @click.pass_context
 @_one_line_errors
@@ -308,8 +311,7 @@ def purge(
 
     Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
     """
-    from wal_sink.protocol.purge import plan_purge
-    from wal_sink.wal.conditional_put import check_conditional_put
+    from wal_sink.protocol.purge import check_retention, plan_purge
 
     if (before is None) == (older_than is None):
         raise click.UsageError(
@@ -321,8 +323,10 @@ def purge(
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     with _instance(ctx) as sink:
+        if do_vacuum:  # before any purge work
+            check_retention(sink.config.wal, retain, retain_seconds)
         if not dry_run:  # purge commits to the WAL beside a running job
-            check_conditional_put(sink.config.storage, [sink.wal.path])
+            sink.claim_tables()
         plan = plan_purge(sink, before=before, older_than=age)
         verb = "would remove" if dry_run else "removing"
         out.print(
@@ -344,7 +348,11 @@ def purge(
             out.print(f"dropped {forgotten} ack row(s) of purged batches")
         if do_vacuum:
             result = vacuum(
-                sink.wal.path, sink.wal.storage, retain_seconds, dry_run=dry_run
+                sink.wal.path,
+                sink.wal.storage,
+                retain_seconds,
+                sink_id=sink.sink_id,
+                dry_run=dry_run,
             )
             verb = "vacuum would free" if dry_run else "vacuum freed"
             out.print(f"{verb} {size(result.bytes)} in {result.files} file(s)")
@@ -378,11 +386,7 @@ def inspect(
         raise click.UsageError("give a batch id, or --quarantine")
     with _instance(ctx) as sink:
         if quarantine:
-            from wal_sink.wal.quarantine import Quarantine
-
-            entries = Quarantine(
-                sink.config.quarantine_path, sink.sink_id, storage=sink.config.storage
-            ).read(limit, batch_id)
+            entries = sink.quarantine.read(limit, batch_id)
             out.print(quarantine_table(sink.config.quarantine_path, entries))
             return
         batch = sink.wal.staged_batch(batch_id)
@@ -393,6 +397,40 @@ def inspect(
             )
         rows = sink.wal.head(batch, limit)
     out.print(rows_table(batch, rows))
+
+
+@main.command("quarantine-batch")
+@click.argument("batch_id", type=click.IntRange(min=0))
+@click.option("--yes", is_flag=True, help="Do not ask before setting it aside.")
+@click.pass_context
+@_one_line_errors
+def quarantine_batch(ctx: click.Context, batch_id: int, yes: bool) -> None:
+    """Set staged batch N aside whole: its rows go to the quarantine table, its ack
+    row says quarantined, and it is never applied.
+
+    For a batch that fails for a reason no row carries. Only the lowest staged batch
+    without an ack; exactly once. Takes the lease: a running job of this sink is
+    fenced and stops.
+
+    Example: wal-sink -c conf/local.toml quarantine-batch 42
+    """
+    from wal_sink.protocol.quarantine_batch import plan_set_aside, set_aside_batch
+
+    with _instance(ctx) as sink:
+        plan = plan_set_aside(sink, batch_id)
+        where = sink.config.quarantine_path
+        out.print(
+            f"batch {batch_id}: its {plan.rows} row(s) go to the quarantine table "
+            f"{where} and the batch is acked as quarantined; it is never applied"
+        )
+        if not yes and not click.confirm(f"Set batch {batch_id} aside?", err=True):
+            _fail("quarantine-batch cancelled; nothing changed", EXIT_FAILED)
+        result = set_aside_batch(sink, plan)
+    if not result.applied:
+        _fail(f"batch {batch_id} has an ack already; nothing changed", EXIT_FAILED)
+    out.print(
+        f"batch {batch_id}: {result.quarantined} row(s) set aside, acked as quarantined"
+    )
 
 
 @main.command("config-schema")

@@ -48,6 +48,16 @@ def status_table(st: SinkStatus) -> RichTable:
             + (f" ({st.outbox_rows} on their way)" if st.outbox_rows else ""),
         ),
         (
+            "set aside",
+            f"{len(st.quarantined_batches)} batch(es) acked as quarantined, never "
+            "applied"
+            + (
+                f": {ids(tuple(st.quarantined_batches))}"
+                if st.quarantined_batches
+                else ""
+            ),
+        ),
+        (
             "WAL size",
             f"{st.wal_rows} rows, {st.wal_files} files, {size(st.wal_bytes)}",
         ),

@@ -40,8 +40,10 @@ def config_schema() -> dict[str, Any]:
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate a TOML config file.
 
-    Relative paths inside it are resolved against the current directory, the way
-    users type them in the README's commands (``-c conf/x.toml`` from the checkout).
+    Relative paths inside it are resolved against the file's own directory, not the
+    current one: the job, the CLI and a scheduler started elsewhere all reach the
+    same WAL and checkpoint (one resolved from another directory would be another,
+    empty WAL).
     """
     p = Path(path)
     try:
@@ -52,7 +54,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"cannot read config file {str(p)!r}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {str(p)!r} is not valid TOML: {e}") from None
-    return config_from_dict(raw, base_dir=Path.cwd())
+    return config_from_dict(raw, base_dir=p.absolute().parent)
 
 
 def _utf8_text(path: Path) -> str:

@@ -47,8 +47,8 @@ def _identifier(value: str) -> str:
 
 
 def _location(value: str, info: ValidationInfo) -> str:
-    """A URI or an absolute path as given; a relative path under the base directory
-    (the one place relative paths are resolved)."""
+    """A URI or an absolute path as given; a relative path under the base directory,
+    the config file's (the one place relative paths are resolved)."""
     if "://" in value or os.path.isabs(value):
         return value
     base = (info.context or {}).get("base_dir", Path.cwd())
@@ -84,7 +84,8 @@ class SourceConfig:
     format: Literal["json", "csv", "parquet", "kafka", "rate"]
     """Spark source."""
     path: Location | None = None
-    """Landing directory for file formats."""
+    """Landing directory for file formats; a relative path is taken from the config
+    file's directory."""
     schema: Text | None = None
     """Spark DDL schema of the records (file formats; kafka's JSON value)."""
     options: dict[str, Any] = Field(default_factory=dict)
@@ -120,13 +121,18 @@ class TransformConfig:
 @dataclass(frozen=True, config=SECTION)
 class WalConfig:
     path: Location
-    """Delta table of the write-ahead log: a path or an object-store URI."""
+    """Delta table of the write-ahead log: a path or an object-store URI; a relative
+    path is taken from the config file's directory."""
     chunk_rows: Positive = 20_000
     """Rows read back from the WAL and sent to MySQL per statement batch."""
     quarantine_path: Location | None = None
-    """Delta table of set-aside rows; default: the WAL path + "_quarantine"."""
+    """Delta table of set-aside rows; default: the WAL path + "_quarantine" (a
+    relative path is taken from the config file's directory)."""
     max_pending: Positive = 2
     """Staged batches that may wait for MySQL; beyond that foreachBatch waits."""
+    min_vacuum_retention: Seconds = 3600.0
+    """Floor of `purge --vacuum --retain`: a stage in progress has files younger than
+    itself, so keep this above the slowest stage (default one hour)."""
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -148,7 +154,8 @@ class MysqlConfig:
     password_env: Text = "WAL_SINK_MYSQL_PASSWORD"
     """Environment variable holding the password."""
     password_file: Location | None = None
-    """File holding the password (first line), used when set instead of the env."""
+    """File holding the password (first line), used when set instead of the env; a
+    relative path is taken from the config file's directory."""
     ack_table: Identifier = "wal_sink_ack"
     """One row per applied batch, written in the batch's own transaction."""
     lease_table: Identifier = "wal_sink_lease"
@@ -251,7 +258,8 @@ def _spark_settings(value: Any) -> Any:
 @dataclass(frozen=True, config=SECTION)
 class JobConfig:
     checkpoint: Location
-    """Spark checkpointLocation of the streaming query."""
+    """Spark checkpointLocation of the streaming query; a relative path is taken
+    from the config file's directory."""
     trigger: PositiveDurationText = "2 seconds"
     """Processing-time trigger interval."""
     output_mode: Literal["append", "update", "complete"] = "append"

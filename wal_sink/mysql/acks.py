@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Table, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from wal_sink.mysql.errors import DUPLICATE_KEY, error_code
+from wal_sink.mysql.tables import APPLIED, QUARANTINED
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,15 @@ class AckTable:
         return self._mine & self.table.c.batch_id.between(first, last)
 
     def insert(
-        self, conn: Connection, batch_id: int, epoch: int, apply_id: str
+        self,
+        conn: Connection,
+        batch_id: int,
+        epoch: int,
+        apply_id: str,
+        state: str = APPLIED,
     ) -> bool:
         """Insert the batch's ack row first; False when one exists (duplicate key).
+        ``state`` is APPLIED, or QUARANTINED for a batch set aside whole.
 
         A failed statement does not end a MySQL transaction: the caller decides."""
         try:
@@ -66,6 +73,7 @@ class AckTable:
                     epoch=epoch,
                     committed_at=func.now(6),
                     apply_id=apply_id,
+                    state=state,
                 )
             )
         except IntegrityError as e:
@@ -127,6 +135,17 @@ class AckTable:
             conn.execute(
                 select(c.batch_id, c.committed_at).where(self._between(first, last))
             ).all()
+        )
+
+    def set_aside(self, conn: Connection) -> list[int]:
+        """Batches acked as quarantined (set aside whole, never applied), of the ack
+        rows kept (a purge drops those of purged batches)."""
+        return list(
+            conn.execute(
+                select(self.table.c.batch_id)
+                .where(self._mine & (self.table.c.state == QUARANTINED))
+                .order_by(self.table.c.batch_id)
+            ).scalars()
         )
 
     def newest(self, conn: Connection) -> int | None:

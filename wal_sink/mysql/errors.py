@@ -11,9 +11,14 @@ from wal_sink.errors import TerminalError, TransientError, WalSinkError, first_l
 TRANSIENT_CODES = frozenset({1213, 1205, 1020, 2003, 1040, 2006, 2013, 1290, 1836})
 DUPLICATE_KEY = 1062
 # Errors about one row's values: isolate the row and quarantine it (DESIGN.md §3).
-# null into NOT NULL, duplicate on another unique key, out of range, bad datetime,
-# no default, bad value, too long, foreign key, check constraint (MySQL, MariaDB).
-ROW_ERRORS = frozenset({1048, 1062, 1264, 1292, 1364, 1366, 1406, 1452, 3819, 4025})
+# null into NOT NULL, duplicate on another unique key, out of range, data truncated
+# (a bad ENUM or SET value, a number with trailing text), bad datetime, no default,
+# bad value, too long, a computed value out of range (an `add` column past BIGINT),
+# a deleted parent row still referenced, a missing parent row, invalid JSON (MySQL
+# 8), check constraint (MySQL, MariaDB: also its JSON columns' json_valid).
+ROW_ERRORS = frozenset(
+    {1048, 1062, 1264, 1265, 1292, 1364, 1366, 1406, 1451, 1452, 1690, 3140, 3819, 4025}
+)
 
 
 def error_code(exc: BaseException) -> int | None:

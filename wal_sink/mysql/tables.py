@@ -30,6 +30,16 @@ from wal_sink.mysql.errors import error_code
 SINK_ID_LENGTH = 128
 APPLY_ID_LENGTH = 32
 ACCESS_DENIED = frozenset({1142, 1143, 1044, 1045})
+APPLIED = "applied"
+QUARANTINED = "quarantined"
+"""Ack states: the batch's rows were applied, or the whole batch was set aside
+(``wal-sink quarantine-batch``) and never applied."""
+ADDED_ACK_COLUMNS = {
+    "apply_id": ("CHAR(32) NULL", "0.2"),
+    "state": (f"VARCHAR(16) NOT NULL DEFAULT '{APPLIED}'", "0.3"),
+}
+"""Ack columns later versions added, with their DDL and that version: a table made
+earlier gets them from init-db or the job, when the user may ALTER it."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,7 @@ def sink_tables(mysql: MysqlConfig) -> SinkTables:
         Column("epoch", BigInteger, nullable=False),
         Column("committed_at", DATETIME(fsp=6), nullable=False),
         Column("apply_id", CHAR(APPLY_ID_LENGTH)),
+        Column("state", String(16), nullable=False, server_default=APPLIED),
         mysql_engine="InnoDB",
     )
     lease = Table(
@@ -81,23 +92,24 @@ def sink_tables(mysql: MysqlConfig) -> SinkTables:
 
 
 def init_db(engine: Engine, mysql: MysqlConfig) -> None:
-    """Create the sink's tables if they do not exist (idempotent), and add the
-    ack table's ``apply_id`` to one created by wal_sink 0.1."""
+    """Create the sink's tables if they do not exist (idempotent), and add the ack
+    columns of later versions to an ack table an earlier one created."""
     tables = sink_tables(mysql)
     tables.ack.metadata.create_all(engine, checkfirst=True)
     with engine.connect() as conn:
         columns = {c["name"] for c in inspect(conn).get_columns(tables.ack.name)}
-    if "apply_id" in columns:
-        return
     name = engine.dialect.identifier_preparer.quote(tables.ack.name)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f"ALTER TABLE {name} ADD COLUMN apply_id CHAR(32) NULL"))
-    except DBAPIError as e:
-        if error_code(e) not in ACCESS_DENIED:
-            raise
-        raise ConfigError(
-            f"the ack table {tables.ack.name} lacks column apply_id (added in 0.2) "
-            f"and this user may not add it ({first_line(e.orig)}): run "
-            "sql/upgrade_0.2.sql as a user allowed to ALTER it"
-        ) from None
+    for column, (ddl, version) in ADDED_ACK_COLUMNS.items():
+        if column in columns:
+            continue
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(f"ALTER TABLE {name} ADD COLUMN {column} {ddl}"))
+        except DBAPIError as e:
+            if error_code(e) not in ACCESS_DENIED:
+                raise
+            raise ConfigError(
+                f"the ack table {tables.ack.name} lacks column {column} (added in "
+                f"{version}) and this user may not add it ({first_line(e.orig)}): "
+                f"run sql/upgrade_{version}.sql as a user allowed to ALTER it"
+            ) from None

@@ -3,9 +3,10 @@ the commit, DESIGN.md §2), in staged order and in bounded chunks.
 
 A chunk goes as multi-row INSERTs rendered in Arrow (or through LOAD DATA with
 ``mysql.local_infile``); one that cannot be rendered exactly, or that MySQL rejects,
-goes value by value through the driver. Rows with a null key, NaN or infinity, or
-values MySQL rejects (isolated under savepoints by bisecting the chunk) are set aside
-for the quarantine; the rest of the batch is applied.
+goes value by value through the driver. Rows MySQL cannot be sent (screen.py), rows
+with a null key, NaN or infinity, and rows whose values MySQL rejects (isolated
+under savepoints by bisecting the chunk) are set aside for the quarantine; the rest
+of the batch is applied.
 
 MySQL executing a chunk's statements and the client reading and rendering the next
 chunk overlap: one chunk ahead is read from the WAL (and rendered, on the multi-row
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from sqlalchemy import Connection, Engine, Executable, Table
+from sqlalchemy import Connection, Engine, Executable, Table, text
 from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
@@ -37,6 +38,7 @@ from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.upsert import build_delete, build_upsert
+from wal_sink.protocol.screen import Screen, Screened
 from wal_sink.wal.quarantine import Entry
 from wal_sink.wal.reader import StagedBatch, WalReader
 
@@ -57,6 +59,7 @@ class RowApplier:
         self.wal = wal
         self.sink_id = config.sink.id
         self._target: Table | None = None
+        self._screen: Screen | None = None
         self._bulk_load_allowed = True
         self._render = True
         """The session of the batch being applied reads rendered text exactly."""
@@ -80,8 +83,15 @@ class RowApplier:
         rows = deleted = done = 0
         bad: list[Entry] = []
         chunk_rows = self.config.wal.chunk_rows
-        chunks = _coalesced(self.wal.read_batch(batch, chunk_rows), chunk_rows)
-        for chunk, rendered in prefetched(chunks, self._render_ahead, self._prefetch):
+        chunks = map(
+            self._screened(conn),
+            _coalesced(self.wal.read_batch(batch, chunk_rows), chunk_rows),
+        )
+        for screened, rendered in prefetched(
+            chunks, self._render_ahead, self._prefetch
+        ):
+            chunk = screened.chunk
+            bad.extend(screened.set_aside)
             found = self._statements(conn, chunk.schema)
             applied = (
                 None
@@ -106,10 +116,17 @@ class RowApplier:
                         rows += _isolating(
                             conn, found.upsert, _drop_non_finite(run, bad), bad
                         )
-            done += chunk.num_rows
+            done += screened.read
             if on_chunk is not None:
                 on_chunk(done, batch.rows)
         return rows, deleted, bad
+
+    def _screened(self, conn: Connection) -> Screen:
+        """The screen of chunks (once: it reads the server's max_allowed_packet)."""
+        if self._screen is None:
+            packet = conn.execute(text("SELECT @@max_allowed_packet")).scalar_one()
+            self._screen = Screen(self.config, self.target(), int(packet))
+        return self._screen
 
     def _statements(self, conn: Connection, schema: pa.Schema) -> _Statements:
         """How chunks of ``schema`` are applied; built once per schema (statements
@@ -136,10 +153,11 @@ class RowApplier:
                 return known
         return None
 
-    def _render_ahead(self, chunk: pa.RecordBatch) -> list[str] | None:
+    def _render_ahead(self, screened: Screened) -> list[str] | None:
         """On the prefetch thread: the chunk's multi-row statements, when that is
         the way it will go and its schema's statements are built already; None
         leaves the chunk to the caller."""
+        chunk = screened.chunk
         found = self._known(chunk.schema)
         if (
             not self._render

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from wal_sink.config import WalConfig
+from wal_sink.errors import ConfigError
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.maintenance import delete_batches
 
@@ -59,6 +61,24 @@ def plan_purge(
 def execute_purge(sink: SinkInstance, plan: PurgePlan) -> int:
     """Remove the plan's batches from the WAL, then their ack rows; returns how many
     ack rows were dropped."""
-    delete_batches(sink.wal.path, sink.wal.storage, list(plan.remove))
+    delete_batches(
+        sink.wal.path, sink.wal.storage, list(plan.remove), sink_id=sink.sink_id
+    )
     with sink.engine.begin() as conn:
         return sink.acks.forget(conn, list(plan.remove))
+
+
+def check_retention(wal: WalConfig, retain: str, retain_seconds: float) -> None:
+    """Refuse a vacuum retention under ``wal.min_vacuum_retention``.
+
+    Executors write a stage's files first and the driver commits them at its end:
+    until then they are unreferenced, and only their age keeps vacuum off them. A
+    retention longer than the slowest stage is what makes vacuum beside a running
+    job safe."""
+    if retain_seconds < wal.min_vacuum_retention:
+        raise ConfigError(
+            f"--retain {retain!r} is under the retention floor of "
+            f"{wal.min_vacuum_retention:g} s (wal.min_vacuum_retention): a stage "
+            "still writing has files younger than itself, which vacuum would delete "
+            "before its commit points at them; keep --retain above your slowest stage"
+        )

@@ -16,7 +16,6 @@ from wal_sink.mysql.errors import error_code
 from wal_sink.protocol.outbox import Outbox
 from wal_sink.protocol.recovery import unacked_batches
 from wal_sink.protocol.sink_instance import SinkInstance
-from wal_sink.wal.quarantine import Quarantine
 
 NO_SUCH_TABLE = 1146
 
@@ -48,6 +47,9 @@ class SinkStatus:
     rows_applied: int = 0
     rows_deleted: int = 0
     rows_quarantined: int = 0
+    quarantined_batches: list[int] = field(default_factory=list)
+    """Batches set aside whole (``wal-sink quarantine-batch``): acked as
+    quarantined, never applied."""
     outbox_rows: int = 0
     """Rows set aside by committed batches, not yet in the quarantine table."""
     last_commit_at: str | None = None
@@ -72,10 +74,11 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
     try:
         with sink.engine.connect() as conn:
             acks = sink.acks.summary(conn)
+            set_aside = sink.acks.set_aside(conn)
             unacked = unacked_batches(wal, sink.acks, conn, staged)
-            outbox = Outbox(
-                sink.tables.outbox, sink.sink_id, _quarantine(sink)
-            ).waiting(conn)
+            outbox = Outbox(sink.tables.outbox, sink.sink_id, sink.quarantine).waiting(
+                conn
+            )
             lease_row = conn.execute(
                 select(lease.c.epoch, lease.c.holder, lease.c.acquired_at).where(
                     lease.c.sink_id == sink.sink_id
@@ -86,6 +89,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         if error_code(e) != NO_SUCH_TABLE:
             raise
         acks, unacked, outbox, lease_row, tables = None, sorted(staged), 0, None, False
+        set_aside = []
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     last_at = acks.last_commit_at if acks else None
     last = acks.last if acks else None
@@ -115,6 +119,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         rows_applied=acks.rows if acks else 0,
         rows_deleted=acks.deleted if acks else 0,
         rows_quarantined=acks.quarantined if acks else 0,
+        quarantined_batches=set_aside,
         outbox_rows=outbox,
         last_commit_at=last_at.isoformat() if last_at else None,
         lag_seconds=round((now - last_at).total_seconds(), 3) if last_at else None,
@@ -125,8 +130,3 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         lease_holder=lease_row[1] if lease_row else None,
         lease_acquired_at=lease_row[2].isoformat() if lease_row else None,
     )
-
-
-def _quarantine(sink: SinkInstance) -> Quarantine:
-    config = sink.config
-    return Quarantine(config.quarantine_path, sink.sink_id, storage=config.storage)

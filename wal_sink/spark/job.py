@@ -163,9 +163,11 @@ def start_queries(
     """The sink's query and, for parsed formats, the parse-error query beside it."""
     name = f"wal_sink_{config.sink.id}".replace("-", "_").replace(".", "_")
     source = read_source(spark, config)
+    frame = streaming_frame(spark, config, source)
+    runner.sink.check_stream_schema(frame.schema)
     queries = [
         start_query(
-            streaming_frame(spark, config, source),
+            frame,
             name,
             runner,
             runner.checkpoint,

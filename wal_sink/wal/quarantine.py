@@ -1,6 +1,7 @@
 """Rows set aside instead of applied: a Delta table beside the WAL
 (``wal.quarantine_path``, default ``<wal.path>_quarantine``) with sink id, batch
-id, the apply that set them aside, reason and the record. Written with delta-rs.
+id, the apply that set them aside, reason and the record. Written with delta-rs,
+by the one sink that owns it (ownership.py).
 
 Two writers, each exactly once through a Delta application transaction of its own:
 the committer's rows arrive through the MySQL outbox (outbox.py), so they are the
@@ -22,7 +23,9 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from wal_sink.errors import TransientError
 from wal_sink.storage import Storage
+from wal_sink.wal.ownership import QUARANTINE, check_owner, owned_configuration
 from wal_sink.wal.reader import delta_table, open_parquet
+from wal_sink.wal.storage_errors import storage_error
 
 SCHEMA = pa.schema(
     [
@@ -57,22 +60,28 @@ def record_json(record: dict[str, Any]) -> str:
 
 
 class Quarantine:
-    """The quarantine entries of one sink."""
+    """The quarantine entries of one sink, in a table it owns: one another sink
+    owns is refused (ConfigError, I9)."""
 
     def __init__(self, path: str, sink_id: str, storage: Storage = Storage()) -> None:
         self.path = path
         self.sink_id = sink_id
         self.storage = storage
 
-    def _table(self) -> DeltaTable | None:
+    def table(self) -> DeltaTable | None:
+        """The table, or None while nothing was ever set aside."""
         try:
-            return delta_table(self.path, self.storage)
+            table = delta_table(self.path, self.storage)
         except TableNotFoundError:
             return None
+        except Exception as e:
+            raise storage_error(e, self.path, sink_id=self.sink_id) from e
+        check_owner(table, self.sink_id, self.path, QUARANTINE)
+        return table
 
     def version(self, app_id: str) -> int | None:
         """The highest version ``app_id`` wrote, if any."""
-        table = self._table()
+        table = self.table()
         return table.transaction_version(app_id) if table is not None else None
 
     def append(self, rows: list[dict[str, Any]], app_id: str, version: int) -> bool:
@@ -81,7 +90,11 @@ class Quarantine:
         that version or a later one. Returns whether this call wrote them."""
         data = pa.Table.from_pylist(rows, schema=SCHEMA)
         for _ in range(COMMIT_ATTEMPTS):
-            recorded = self.version(app_id)
+            table = self.table()
+            if table is None:
+                self._create()
+                continue
+            recorded = table.transaction_version(app_id)
             if recorded is not None and recorded >= version:
                 return False
             try:
@@ -103,6 +116,24 @@ class Quarantine:
             sink_id=self.sink_id,
         )
 
+    def _create(self) -> None:
+        """Create the table, owned by this sink (a writer that meets another's
+        creation then finds that table)."""
+        try:
+            DeltaTable.create(
+                self.path,
+                SCHEMA,
+                mode="error",
+                configuration=owned_configuration(self.sink_id),
+                storage_options=self.storage.delta_options or None,
+                raise_if_key_not_exists=False,
+            )
+        except (CommitFailedError, FileExistsError):
+            pass
+        except Exception as e:
+            if "already exists" not in str(e):
+                raise
+
     def record(self, app_id: str, batch_id: int, entries: list[Entry]) -> None:
         """The parse-error stream's entries of its batch ``batch_id``, once."""
         if entries:
@@ -123,7 +154,7 @@ class Quarantine:
     def read(self, limit: int, batch_id: int | None = None) -> list[dict[str, Any]]:
         """Newest-last entries of this sink (optionally of one batch), at most
         ``limit``."""
-        table = self._table()
+        table = self.table()
         if table is None:
             return []
         rows: list[dict[str, Any]] = []

@@ -11,6 +11,7 @@ delta-rs does not stop the same (app id, version) being committed twice in a row
 the version is checked against a fresh snapshot before each commit; a concurrent
 commit with the same app id is refused by delta-rs's conflict checker, and any other
 conflict (a purge committing at the same moment) is retried on a fresh snapshot.
+A WAL another sink owns is never committed to (I9).
 """
 
 from __future__ import annotations
@@ -28,16 +29,18 @@ from deltalake import (
     Transaction,
 )
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from deltalake.transaction import AddAction, create_table_with_add_actions
+from deltalake.transaction import AddAction
 
 from wal_sink.errors import TerminalError, TransientError
 from wal_sink.storage import Storage
+from wal_sink.wal.ownership import WAL, check_owner, owned_configuration
 from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN, delta_table
 from wal_sink.wal.storage_errors import storage_error
 
 log = logging.getLogger(__name__)
 
-# Table properties set when the first batch creates the WAL. Deletion vectors would
+# Table properties set when the first stage creates the WAL, besides its owner's
+# sink id (ownership.py). Deletion vectors would
 # hide deleted rows from readers that only list files; the WAL deletes whole
 # partitions anyway. Statistics: ``_wal_seq`` only, whose minimum orders a batch's
 # files (wal.py); readers need no other.
@@ -88,7 +91,8 @@ class WalWriter:
         self._table: DeltaTable | None = None
 
     def _fresh(self) -> DeltaTable | None:
-        """The newest snapshot (a handle does not advance by its own commits)."""
+        """The newest snapshot (a handle does not advance by its own commits); a WAL
+        another sink owns is refused (ConfigError, I9)."""
         try:
             if self._table is None:
                 self._table = delta_table(self.location, self.storage)
@@ -98,6 +102,7 @@ class WalWriter:
             return None
         except Exception as e:
             raise storage_error(e, self.location, sink_id=self.sink_id) from e
+        check_owner(self._table, self.sink_id, self.location, WAL)
         return self._table
 
     def staged_version(self) -> int | None:
@@ -131,8 +136,8 @@ class WalWriter:
             table = self._fresh()
             try:
                 if table is None:
-                    self._create(wanted, actions, properties)
-                    return True
+                    self._create(wanted)
+                    continue  # then commit the batch to it
                 staged = table.transaction_version(self.sink_id)
                 if staged is not None and staged >= batch_id:
                     return False
@@ -188,19 +193,21 @@ class WalWriter:
             batch_id=batch_id,
         )
 
-    def _create(
-        self, schema: Schema, actions: list[AddAction], properties: CommitProperties
-    ) -> None:
+    def _create(self, schema: Schema) -> None:
+        """Create the WAL, owned by this sink, without a batch: delta-rs takes a
+        table property of its own only when creating a table this way."""
         try:
-            create_table_with_add_actions(
+            DeltaTable.create(
                 self.location,
                 schema,
-                actions,
                 mode="error",
                 partition_by=[BATCH_COLUMN],
-                configuration=WAL_TABLE_PROPERTIES,
+                configuration={
+                    **WAL_TABLE_PROPERTIES,
+                    **owned_configuration(self.sink_id),
+                },
                 storage_options=self.storage.delta_options or None,
-                commit_properties=properties,
+                raise_if_key_not_exists=False,
             )
         except Exception as e:
             if "already exists" in str(e):
@@ -209,7 +216,7 @@ class WalWriter:
 
 
 class _CreateRace(Exception):
-    """Another process created the table first: commit to it instead."""
+    """Another process created the table first: commit to it (if it is ours)."""
 
 
 def table_schema(files: pa.Schema) -> Schema:
