@@ -4,12 +4,14 @@ line at start instead of a failure in the middle of a stream (DESIGN.md §3)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from sqlalchemy import Connection, Engine, Table, inspect, text
 from sqlalchemy.types import Date, DateTime, Float, Integer, Numeric, Time
 
 from wal_sink.config import Config
 from wal_sink.errors import ConfigError
+from wal_sink.mysql.unique_keys import refuse_unique_conflicts
 
 # SQLAlchemy 2.1's Float is not a Numeric subclass: name both.
 NUMBERS = (Integer, Numeric, Float)
@@ -17,11 +19,18 @@ NUMBERS = (Integer, Numeric, Float)
 log = logging.getLogger(__name__)
 
 
-def preflight(engine: Engine, config: Config, target: Table) -> list[str]:
-    """Raise ConfigError for the first problem; return warnings worth logging."""
+def preflight(
+    engine: Engine, config: Config, target: Table, stream_columns: Iterable[str] = ()
+) -> list[str]:
+    """Raise ConfigError for the first problem; return warnings worth logging.
+
+    ``stream_columns`` are the columns the sink is known to write (the WAL's, the
+    job's query's): another unique index they reach is refused here, before the
+    lease is taken (unique_keys.py)."""
     with engine.connect() as conn:
         _check_key(conn, config, target)
         _check_columns(config, target)
+        refuse_unique_conflicts(conn, config, target.name, stream_columns)
         _check_strict(conn)
         warnings = _durability_warnings(conn)
     for warning in warnings:

@@ -32,9 +32,20 @@ from sqlalchemy.exc import DBAPIError
 from wal_sink.config import Config
 from wal_sink.errors import first_line
 from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
-from wal_sink.mysql.errors import error_code, is_row_error
+from wal_sink.mysql.errors import (
+    ANOTHER_ROW,
+    DUPLICATE_KEY,
+    error_code,
+    is_row_error,
+)
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
+from wal_sink.mysql.unique_keys import (
+    UniqueIndex,
+    holder,
+    other_unique_indexes,
+    refuse_unique_conflicts,
+)
 from wal_sink.mysql.upsert import build_delete, build_upsert
 from wal_sink.wal.quarantine import Entry
 from wal_sink.wal.reader import StagedBatch, WalReader
@@ -43,6 +54,8 @@ log = logging.getLogger(__name__)
 
 ChunkCallback = Callable[[int, int], None]
 """Called after each applied chunk with (rows so far, rows in the batch)."""
+RefusalReason = Callable[[Connection, dict[str, Any], DBAPIError], str]
+"""Why MySQL refused one row, as its quarantine entry says."""
 T = TypeVar("T")
 U = TypeVar("U")
 
@@ -58,6 +71,9 @@ class RowApplier:
         self._target: Table | None = None
         self._bulk_load_allowed = True
         self._by_schema: list[_Statements] = []
+        self._other_indexes: list[UniqueIndex] | None = None
+        """The target's unique indexes besides mysql.key, read when a row needs
+        them named."""
         self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="wal-sink-prefetch")
         """Reads (and renders) the next chunk while MySQL executes the current."""
 
@@ -100,7 +116,11 @@ class RowApplier:
                         deleted += _isolating(conn, remove, params, bad)
                     else:
                         rows += _isolating(
-                            conn, found.upsert, _drop_non_finite(run, bad), bad
+                            conn,
+                            found.upsert,
+                            _drop_non_finite(run, bad),
+                            bad,
+                            self._upsert_refused,
                         )
             done += chunk.num_rows
             if on_chunk is not None:
@@ -116,6 +136,7 @@ class RowApplier:
         mysql, cdc = self.config.mysql, self.config.cdc
         target = self.target()
         columns = [c for c in schema.names if not cdc or c != cdc.op_column]
+        refuse_unique_conflicts(conn, self.config, target.name, columns)
         upsert = build_upsert(target, columns, mysql)
         multi = loader = None
         if not cdc:
@@ -131,6 +152,32 @@ class RowApplier:
             if known.schema.equals(schema):
                 return known
         return None
+
+    def _upsert_refused(
+        self, conn: Connection, row: dict[str, Any], e: DBAPIError
+    ) -> str:
+        """Why MySQL refused one row's upsert. A row that would reach the row of
+        another key through another unique index (the upsert's guard, or a
+        duplicate on update) names the index and that row's key."""
+        if error_code(e) not in (ANOTHER_ROW, DUPLICATE_KEY):
+            return _refused(conn, row, e)
+        mysql = self.config.mysql
+        if self._other_indexes is None:
+            self._other_indexes = other_unique_indexes(conn, mysql.table, mysql.key)
+        found = holder(conn, self.target(), self._other_indexes, mysql.key, row)
+        if found is None:
+            return (
+                "it would update the row of another key through a unique index "
+                "besides mysql.key (one of "
+                f"{'; '.join(i.describe() for i in self._other_indexes)}); "
+                f"MySQL error {error_code(e)}: {first_line(e.orig)}"
+            )
+        index, other = found
+        key = ", ".join(f"{k}={v!r}" for k, v in other.items())
+        return (
+            f"unique index {index.describe()} already holds its value for the row "
+            f"with {key}: it would update that row"
+        )
 
     def _render_ahead(self, chunk: pa.RecordBatch) -> list[str] | None:
         """On the prefetch thread: the chunk's multi-row statements, when that is
@@ -339,12 +386,21 @@ def _drop_non_finite(
     return kept
 
 
+def _refused(conn: Connection, row: dict[str, Any], e: DBAPIError) -> str:
+    """The reason a row MySQL rejected is set aside: MySQL's own."""
+    return f"MySQL error {error_code(e)}: {first_line(e.orig)}"
+
+
 def _isolating(
-    conn: Connection, stmt: Executable, rows: list[dict[str, Any]], bad: list[Entry]
+    conn: Connection,
+    stmt: Executable,
+    rows: list[dict[str, Any]],
+    bad: list[Entry],
+    reason: RefusalReason = _refused,
 ) -> int:
     """Execute ``stmt`` for ``rows`` under a savepoint; when MySQL rejects a row's
-    values, bisect to find the rejected rows, set them aside, apply the rest in
-    order. Returns how many rows were applied."""
+    values, bisect to find the rejected rows, set them aside with ``reason``, apply
+    the rest in order. Returns how many rows were applied."""
     if not rows:
         return 0
     savepoint = conn.begin_nested()
@@ -357,14 +413,12 @@ def _isolating(
             raise
         savepoint.rollback()
         if len(rows) == 1:
-            bad.append(
-                Entry(rows[0], f"MySQL error {error_code(e)}: {first_line(e.orig)}")
-            )
+            bad.append(Entry(rows[0], reason(conn, rows[0], e)))
             return 0
     else:
         savepoint.commit()
         return len(rows)
     middle = len(rows) // 2
-    return _isolating(conn, stmt, rows[:middle], bad) + _isolating(
-        conn, stmt, rows[middle:], bad
+    return _isolating(conn, stmt, rows[:middle], bad, reason) + _isolating(
+        conn, stmt, rows[middle:], bad, reason
     )

@@ -228,6 +228,10 @@ def run_job(
         runner = BatchRunner(sink, stop, checkpoint)
         queries: list[StreamingQuery] = []
         try:
+            # The query's columns, checked against the target before the lease.
+            sink.expect_columns(
+                streaming_frame(spark, config, read_source(spark, config)).columns
+            )
             recovered = sink.recover(spark, checkpoint)
             if recovered:
                 log.info(

@@ -124,6 +124,7 @@ class WalSink(SinkInstance):
         pipeline = self._pipeline_for()
         self._guard_first_batch(batch_id)
         self._check_lease(batch_id)
+        self.check_columns(df.columns)
         # Backpressure: at most wal.max_pending staged batches wait for MySQL.
         pipeline.wait_for_room()
         # Step 1. Stage (None: the WAL already holds this batch; apply what it holds).
