@@ -212,7 +212,8 @@ def other_tables(db):
             "t_generated_g (g) (g is generated)",
         ),
         "t_wider": (
-            "(id INT PRIMARY KEY, email VARCHAR(16), UNIQUE KEY t_wider_ie (id, email))",
+            "(id INT PRIMARY KEY, email VARCHAR(16), "
+            "UNIQUE KEY t_wider_ie (id, email))",
             ["id"],
             ["id", "email"],
             None,
