@@ -52,6 +52,8 @@ STATUS_KEYS = {
     "rows_applied",
     "rows_deleted",
     "rows_quarantined",
+    "rows_skipped",
+    "tombstones",
     "last_commit_at",
     "lag_seconds",
     "lag_batches",

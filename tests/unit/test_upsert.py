@@ -98,7 +98,7 @@ def test_delete_by_key_binds_values():
 
 
 def test_delete_with_a_version_column_spares_newer_rows():
-    stmt = build_delete(TABLE, config(version_column="seq"))
+    stmt = build_delete(TABLE, config(version_column="seq"), versioned=True)
     sql = str(stmt.compile(dialect=pymysql.dialect()))
     assert sql.endswith(
         "WHERE totals.org = %s AND (totals.seq IS NULL OR totals.seq <= %s)"

@@ -53,6 +53,7 @@ def sink_tables(mysql: MysqlConfig) -> SinkTables:
         Column("epoch", BigInteger, nullable=False),
         Column("committed_at", DATETIME(fsp=6), nullable=False),
         Column("apply_id", CHAR(APPLY_ID_LENGTH)),
+        Column("skipped_count", BigInteger, nullable=False, server_default="0"),
         mysql_engine="InnoDB",
     )
     lease = Table(
@@ -80,24 +81,33 @@ def sink_tables(mysql: MysqlConfig) -> SinkTables:
     return SinkTables(ack, lease, outbox)
 
 
+# Ack columns later versions added: (column, its DDL, the version, its upgrade file).
+ACK_UPGRADES = (
+    ("apply_id", "CHAR(32) NULL", "0.2"),
+    ("skipped_count", "BIGINT NOT NULL DEFAULT 0", "0.3"),
+)
+
+
 def init_db(engine: Engine, mysql: MysqlConfig) -> None:
-    """Create the sink's tables if they do not exist (idempotent), and add the
-    ack table's ``apply_id`` to one created by wal_sink 0.1."""
+    """Create the sink's tables if they do not exist (idempotent), and add the ack
+    table's columns of later versions (``apply_id``, 0.2; ``skipped_count``, 0.3)
+    to one created before them."""
     tables = sink_tables(mysql)
     tables.ack.metadata.create_all(engine, checkfirst=True)
     with engine.connect() as conn:
         columns = {c["name"] for c in inspect(conn).get_columns(tables.ack.name)}
-    if "apply_id" in columns:
-        return
     name = engine.dialect.identifier_preparer.quote(tables.ack.name)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f"ALTER TABLE {name} ADD COLUMN apply_id CHAR(32) NULL"))
-    except DBAPIError as e:
-        if error_code(e) not in ACCESS_DENIED:
-            raise
-        raise ConfigError(
-            f"the ack table {tables.ack.name} lacks column apply_id (added in 0.2) "
-            f"and this user may not add it ({first_line(e.orig)}): run "
-            "sql/upgrade_0.2.sql as a user allowed to ALTER it"
-        ) from None
+    for column, ddl, version in ACK_UPGRADES:
+        if column in columns:
+            continue
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(f"ALTER TABLE {name} ADD COLUMN {column} {ddl}"))
+        except DBAPIError as e:
+            if error_code(e) not in ACCESS_DENIED:
+                raise
+            raise ConfigError(
+                f"the ack table {tables.ack.name} lacks column {column} (added in "
+                f"{version}) and this user may not add it ({first_line(e.orig)}): run "
+                f"sql/upgrade_{version}.sql as a user allowed to ALTER it"
+            ) from None

@@ -12,7 +12,7 @@ every column of ``mysql.key`` cannot reach another row either.
 
 With ``mysql.unique_conflicts = "refuse"`` (the default) a reachable index is refused
 before anything is written; with "quarantine" the upsert's own guard (upsert.py) sets
-such records aside, and ``holder`` names the row they would have reached.
+such records aside, and ``AnotherRow`` names the row they would have reached.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, not_, select, text
+from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config
-from wal_sink.errors import ConfigError
+from wal_sink.errors import ConfigError, first_line
+from wal_sink.mysql.errors import ANOTHER_ROW, DUPLICATE_KEY, error_code
 
 
 @dataclass(frozen=True)
@@ -137,28 +139,59 @@ def refuse_unique_conflicts(
     )
 
 
-def holder(
-    conn: Connection,
-    target: Table,
-    indexes: Sequence[UniqueIndex],
-    key: Sequence[str],
-    row: dict[str, Any],
-) -> tuple[UniqueIndex, dict[str, Any]] | None:
-    """The first index through which another key's row holds ``row``'s values, and
-    that row's key; None when no index whose columns the row carries (all non-NULL)
-    has such a row. Read inside the batch's transaction, where the row failed."""
-    for index in indexes:
-        if any(row.get(c) is None for c in index.columns):
-            continue
-        found = conn.execute(
-            select(*[target.c[k] for k in key])
-            .where(and_(*[target.c[c] == row[c] for c in index.columns]))
-            .where(not_(and_(*[target.c[k] == row[k] for k in key])))
-            .limit(1)
-        ).first()
-        if found is not None:
-            return index, dict(zip(key, found))
-    return None
+class AnotherRow:
+    """Names the row of another key a refused upsert would have reached."""
+
+    def __init__(self, target: Table, key: Sequence[str]) -> None:
+        self.target = target
+        self.key = tuple(key)
+        self._indexes: list[UniqueIndex] | None = None
+
+    def reason(
+        self, conn: Connection, row: dict[str, Any], e: DBAPIError
+    ) -> str | None:
+        """Why MySQL refused ``row``'s upsert, when it would have reached another
+        key's row (the upsert's guard, or a duplicate on update): the index and
+        that row's key. None for any other error. Read inside the batch's
+        transaction, right where the row failed."""
+        code = error_code(e)
+        if code not in (ANOTHER_ROW, DUPLICATE_KEY):
+            return None
+        if self._indexes is None:
+            self._indexes = other_unique_indexes(conn, self.target.name, self.key)
+        found = self._holder(conn, row)
+        if found is None:
+            return (
+                "it would update the row of another key through a unique index "
+                "besides mysql.key (one of "
+                f"{'; '.join(i.describe() for i in self._indexes)}); "
+                f"MySQL error {code}: {first_line(e.orig)}"
+            )
+        index, other = found
+        key = ", ".join(f"{k}={v!r}" for k, v in zip(self.key, other))
+        return (
+            f"unique index {index.describe()} already holds its value for the row "
+            f"with {key}: it would update that row"
+        )
+
+    def _holder(
+        self, conn: Connection, row: dict[str, Any]
+    ) -> tuple[UniqueIndex, tuple[Any, ...]] | None:
+        """The first index whose columns ``row`` carries (none NULL) through which
+        another key's row holds its values, and that row's key."""
+        t = self.target
+        for index in self._indexes or ():
+            if any(row.get(c) is None for c in index.columns):
+                continue
+            found = conn.execute(
+                select(*[t.c[k] for k in self.key])
+                .where(and_(*[t.c[c] == row[c] for c in index.columns]))
+                .where(not_(and_(*[t.c[k] == row[k] for k in self.key])))
+                .limit(1)
+            ).first()
+            if found is not None:
+                return index, tuple(found)
+        return None
 
 
 def _lower(columns: Iterable[str]) -> set[str]:

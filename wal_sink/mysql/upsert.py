@@ -104,15 +104,15 @@ def update_assignments(
     return assignments
 
 
-def build_delete(table: Table, mysql: MysqlConfig) -> Delete:
+def build_delete(table: Table, mysql: MysqlConfig, versioned: bool = False) -> Delete:
     """DELETE by key, executed with one parameter set per deleted row (the key's
-    columns, and the version column when one is configured).
+    columns, and the version column when ``versioned``: the rows carry it).
 
-    With a version column a delete only removes a row whose stored version is NULL
-    or not newer than its own: an older delete arriving late never removes newer
-    data, and a delete beats an upsert of the same version."""
+    With a version a delete only removes a row whose stored version is NULL or not
+    newer than its own: an older delete arriving late never removes newer data, and
+    a delete beats an upsert of the same version."""
     where = and_(*[table.c[k] == bindparam(k) for k in mysql.key])
-    if mysql.version_column:
+    if versioned and mysql.version_column:
         stored = table.c[mysql.version_column]
         where = where & (stored.is_(None) | (stored <= bindparam(mysql.version_column)))
     return delete(table).where(where)

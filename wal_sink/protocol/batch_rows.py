@@ -25,28 +25,19 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from sqlalchemy import Connection, Engine, Executable, Table
+from sqlalchemy import Connection, Delete, Engine, Executable, Table
 from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config
 from wal_sink.errors import first_line
 from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
-from wal_sink.mysql.errors import (
-    ANOTHER_ROW,
-    DUPLICATE_KEY,
-    error_code,
-    is_row_error,
-)
+from wal_sink.mysql.errors import error_code, is_row_error
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
-from wal_sink.mysql.unique_keys import (
-    UniqueIndex,
-    holder,
-    other_unique_indexes,
-    refuse_unique_conflicts,
-)
+from wal_sink.mysql.unique_keys import AnotherRow, refuse_unique_conflicts
 from wal_sink.mysql.upsert import build_delete, build_upsert
+from wal_sink.protocol.versioned_cdc import VersionedCdc
 from wal_sink.wal.quarantine import Entry
 from wal_sink.wal.reader import StagedBatch, WalReader
 
@@ -71,9 +62,11 @@ class RowApplier:
         self._target: Table | None = None
         self._bulk_load_allowed = True
         self._by_schema: list[_Statements] = []
-        self._other_indexes: list[UniqueIndex] | None = None
-        """The target's unique indexes besides mysql.key, read when a row needs
-        them named."""
+        self._another_row: AnotherRow | None = None
+        self.versioned = (
+            VersionedCdc(config) if config.cdc and config.mysql.version_column else None
+        )
+        """Stale upserts and tombstones, with [cdc] and a version column."""
         self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="wal-sink-prefetch")
         """Reads (and renders) the next chunk while MySQL executes the current."""
 
@@ -85,11 +78,11 @@ class RowApplier:
 
     def apply(
         self, conn: Connection, batch: StagedBatch, on_chunk: ChunkCallback | None
-    ) -> tuple[int, int, list[Entry]]:
-        """Apply the batch in staged order; return (upserted, deleted, set aside)."""
+    ) -> tuple[int, int, int, list[Entry]]:
+        """Apply the batch in staged order; return (upserted, deleted, skipped as
+        stale, set aside)."""
         mysql, cdc = self.config.mysql, self.config.cdc
-        remove = build_delete(self.target(), mysql) if cdc else None
-        rows = deleted = done = 0
+        rows = deleted = skipped = done = 0
         bad: list[Entry] = []
         chunk_rows = self.config.wal.chunk_rows
         chunks = _coalesced(self.wal.read_batch(batch, chunk_rows), chunk_rows)
@@ -105,15 +98,23 @@ class RowApplier:
             if applied is not None:
                 rows += applied
             else:
+                values = _python_rows(chunk)
+                if found.versioned and self.versioned is not None:
+                    values, stale, invalid = self.versioned.drop_stale(conn, values)
+                    skipped += stale
+                    bad += invalid
                 for is_delete, run in _runs(
-                    chunk,
+                    values,
                     cdc.op_column if cdc else None,
                     cdc.delete_values if cdc else (),
                 ):
                     run = _drop_null_keys(run, mysql.key, bad)
                     if is_delete:
-                        params = [{k: r[k] for k in mysql.key} for r in run]
-                        deleted += _isolating(conn, remove, params, bad)
+                        if found.versioned and self.versioned is not None:
+                            self.versioned.record(conn, run)
+                        by = [*mysql.key, *[mysql.version_column] * found.versioned]
+                        params = [{k: r.get(k) for k in by} for r in run]
+                        deleted += _isolating(conn, found.delete, params, bad)
                     else:
                         rows += _isolating(
                             conn,
@@ -125,7 +126,7 @@ class RowApplier:
             done += chunk.num_rows
             if on_chunk is not None:
                 on_chunk(done, batch.rows)
-        return rows, deleted, bad
+        return rows, deleted, skipped, bad
 
     def _statements(self, conn: Connection, schema: pa.Schema) -> _Statements:
         """How chunks of ``schema`` are applied; built once per schema (statements
@@ -143,7 +144,9 @@ class RowApplier:
             multi = MultiRowUpsert.for_schema(conn, upsert, columns, schema)
             if mysql.local_infile and BulkLoader.supports(conn, schema):
                 loader = BulkLoader(target, columns, mysql, self.sink_id)
-        found = _Statements(schema, upsert, multi, loader)
+        versioned = bool(cdc) and mysql.version_column in columns
+        delete = build_delete(target, mysql, versioned) if cdc else None
+        found = _Statements(schema, upsert, multi, loader, delete, versioned)
         self._by_schema.append(found)
         return found
 
@@ -156,28 +159,11 @@ class RowApplier:
     def _upsert_refused(
         self, conn: Connection, row: dict[str, Any], e: DBAPIError
     ) -> str:
-        """Why MySQL refused one row's upsert. A row that would reach the row of
-        another key through another unique index (the upsert's guard, or a
-        duplicate on update) names the index and that row's key."""
-        if error_code(e) not in (ANOTHER_ROW, DUPLICATE_KEY):
-            return _refused(conn, row, e)
-        mysql = self.config.mysql
-        if self._other_indexes is None:
-            self._other_indexes = other_unique_indexes(conn, mysql.table, mysql.key)
-        found = holder(conn, self.target(), self._other_indexes, mysql.key, row)
-        if found is None:
-            return (
-                "it would update the row of another key through a unique index "
-                "besides mysql.key (one of "
-                f"{'; '.join(i.describe() for i in self._other_indexes)}); "
-                f"MySQL error {error_code(e)}: {first_line(e.orig)}"
-            )
-        index, other = found
-        key = ", ".join(f"{k}={v!r}" for k, v in other.items())
-        return (
-            f"unique index {index.describe()} already holds its value for the row "
-            f"with {key}: it would update that row"
-        )
+        """Why MySQL refused one row's upsert; one that would reach another key's
+        row names the index and that row's key."""
+        if self._another_row is None:
+            self._another_row = AnotherRow(self.target(), self.config.mysql.key)
+        return self._another_row.reason(conn, row, e) or _refused(conn, row, e)
 
     def _render_ahead(self, chunk: pa.RecordBatch) -> list[str] | None:
         """On the prefetch thread: the chunk's multi-row statements, when that is
@@ -270,6 +256,10 @@ class _Statements:
     """Executed by the driver, value by value (the fallback and CDC path)."""
     multi: MultiRowUpsert | None
     loader: BulkLoader | None
+    delete: Delete | None
+    """CDC deletes by key (guarded by the version when ``versioned``)."""
+    versioned: bool
+    """[cdc] rows carrying the version column: stale upserts and tombstones."""
 
 
 def _coalesced(chunks: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
@@ -320,10 +310,10 @@ def prefetched(
 
 
 def _runs(
-    chunk: pa.RecordBatch, op_column: str | None, delete_values: tuple[str, ...]
+    rows: list[dict[str, Any]], op_column: str | None, delete_values: tuple[str, ...]
 ) -> Iterator[tuple[bool, list[dict[str, Any]]]]:
-    """Split a chunk into consecutive runs of upserts and deletes, order kept."""
-    rows = _python_rows(chunk)
+    """Split a chunk's rows into consecutive runs of upserts and deletes, order
+    kept."""
     if op_column is None:
         yield False, rows
         return

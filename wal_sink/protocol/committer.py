@@ -57,6 +57,8 @@ class CommitResult:
     quarantined: int = 0
     seconds: float = 0.0
     """Time of the transaction that applied it (shared by its group)."""
+    skipped: int = 0
+    """CDC upserts a newer delete made stale: not applied, not quarantined."""
 
 
 class Committer:
@@ -190,7 +192,7 @@ class Committer:
     ) -> list[CommitResult]:
         first, last = batches[0].batch_id, batches[-1].batch_id
         started = time.monotonic()
-        results: list[tuple[StagedBatch, Ack | None, int, int, int]] = []
+        results: list[tuple[StagedBatch, Ack | None, int, int, int, int]] = []
         try:
             with self.engine.connect() as conn, conn.begin():
                 # Step 1. Fencing.
@@ -207,7 +209,7 @@ class Committer:
                 for batch in batches:
                     ack = acked.get(batch.batch_id)
                     if ack is not None and (ack.apply_id in tried or not force):
-                        results.append((batch, ack, 0, 0, 0))
+                        results.append((batch, ack, 0, 0, 0, 0))
                         continue
                     if ack is not None:
                         self.acks.remove(conn, batch.batch_id)
@@ -218,11 +220,13 @@ class Committer:
                             sink_id=self.sink_id,
                             batch_id=batch.batch_id,
                         )
-                    rows, deleted, bad = self.rows.apply(conn, batch, on_chunk)
+                    rows, deleted, skipped, bad = self.rows.apply(conn, batch, on_chunk)
                     self.outbox.put(conn, apply_id, batch.batch_id, bad)
                     self._outbox_filled |= bool(bad)
-                    self.acks.complete(conn, batch.batch_id, rows, deleted, len(bad))
-                    results.append((batch, None, rows, deleted, len(bad)))
+                    self.acks.complete(
+                        conn, batch.batch_id, rows, deleted, len(bad), skipped
+                    )
+                    results.append((batch, None, rows, deleted, len(bad), skipped))
                     faults.hit("commit.before_commit", batch.batch_id)
                 # Step 4. COMMIT (leaving the block).
             faults.hit("commit.after_commit", last)
@@ -235,7 +239,7 @@ class Committer:
         return [self._result(r, tried, seconds) for r in results]
 
     def _result(self, outcome, tried: set[str], seconds: float) -> CommitResult:
-        batch, ack, rows, deleted, quarantined = outcome
+        batch, ack, rows, deleted, quarantined, skipped = outcome
         if ack is None:
             log.debug(
                 "sink %s batch %s applied: %s rows, %s deleted, %s quarantined",
@@ -246,11 +250,17 @@ class Committer:
                 quarantined,
             )
             return CommitResult(
-                batch.batch_id, True, rows, deleted, quarantined, seconds
+                batch.batch_id, True, rows, deleted, quarantined, seconds, skipped
             )
         if ack.apply_id in tried:  # an earlier attempt committed; its reply was lost
             return CommitResult(
-                batch.batch_id, True, ack.rows, ack.deleted, ack.quarantined, seconds
+                batch.batch_id,
+                True,
+                ack.rows,
+                ack.deleted,
+                ack.quarantined,
+                seconds,
+                ack.skipped,
             )
         log.info(
             "sink %s batch %s already applied; skipped", self.sink_id, ack.batch_id

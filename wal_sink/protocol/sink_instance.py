@@ -21,6 +21,7 @@ from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.mysql.preflight import preflight
 from wal_sink.mysql.tables import init_db, sink_tables
 from wal_sink.mysql.target import reflect_target
+from wal_sink.mysql.tombstones import Tombstones
 from wal_sink.mysql.unique_keys import refuse_unique_conflicts
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.recovery import high_water, recover
@@ -128,6 +129,8 @@ class SinkInstance:
             preflight(self.engine, self.config, target, self.stream_columns)
             self._checked_columns.add(frozenset(self.stream_columns))
             init_db(self.engine, self.config.mysql)
+            if self.config.cdc and self.config.mysql.version_column:
+                Tombstones(self.config).ensure(self.engine)
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)
             with self.engine.connect() as conn:
                 self.high_water = high_water(conn, self.acks, self.wal)

@@ -88,12 +88,13 @@ def log_applied(applied: Applied) -> None:
         return
     lag = "-" if applied.lag_ms is None else f"{applied.lag_ms:.0f}"
     log.info(
-        "batch %d applied: rows=%d deleted=%d quarantined=%d commit_ms=%.0f "
+        "batch %d applied: rows=%d deleted=%d quarantined=%d%s commit_ms=%.0f "
         "lag_ms=%s pending=%d",
         r.batch_id,
         r.rows,
         r.deleted,
         r.quarantined,
+        f" skipped={r.skipped}" if r.skipped else "",
         r.seconds * 1000,
         lag,
         applied.pending,

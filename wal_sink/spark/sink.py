@@ -198,6 +198,7 @@ class WalSink(SinkInstance):
             metrics.rows_applied.inc(result.rows)
             metrics.rows_deleted.inc(result.deleted)
             metrics.rows_quarantined.inc(result.quarantined)
+            metrics.rows_skipped.inc(result.skipped)
             if applied.lag_ms is not None:
                 metrics.lag_seconds.observe(max(0.0, applied.lag_ms / 1000))
         metrics.last_applied_batch.set(result.batch_id)

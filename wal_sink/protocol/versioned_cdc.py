@@ -1,0 +1,78 @@
+"""CDC with a version column, whatever the delivery order (DESIGN.md §2): applied to
+each chunk of a batch inside its transaction, around the row path of batch_rows.py.
+
+1. Upserts a delete of a newer or equal version makes stale — one recorded before
+   (a tombstone) or one earlier in the chunk — are dropped and counted as skipped:
+   they are not bad data, they are history the target has moved past.
+2. Deletes only remove a row whose stored version is not newer (upsert.py), and each
+   delete with a version leaves a tombstone.
+
+Upserts older than the stored row are still guarded by the upsert itself (the
+version guard); the tombstone is what remembers a row that is gone. Without a
+version column deletes and upserts apply as they come, the last in batch order
+winning, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from wal_sink.config import Config
+from wal_sink.mysql.tombstone_probe import StaleProbe
+from wal_sink.mysql.tombstones import Tombstones
+from wal_sink.wal.quarantine import Entry
+
+
+class VersionedCdc:
+    """Stale upserts and tombstones of one sink (``[cdc]`` and a version column)."""
+
+    def __init__(self, config: Config) -> None:
+        cdc = config.cdc
+        if cdc is None or not config.mysql.version_column:
+            raise ValueError("VersionedCdc needs [cdc] and mysql.version_column")
+        self.op_column = cdc.op_column
+        self.delete_values = cdc.delete_values
+        self.key = config.mysql.key
+        self.version = config.mysql.version_column
+        self.tombstones = Tombstones(config)
+        self._probe: StaleProbe | None = None
+
+    def ensure(self, engine: Engine) -> None:
+        """Create the tombstone table if needed (idempotent)."""
+        self.tombstones.ensure(engine)
+
+    def drop_stale(
+        self, conn: Connection, rows: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], int, list[Entry]]:
+        """``rows`` (a chunk, in staged order) without its stale upserts; how many
+        were dropped; and the rows set aside because MySQL cannot take their key
+        or version as the target's types (an insert would fail on them)."""
+        if self._probe is None:
+            self.tombstones.ensure(conn.engine)
+            self._probe = StaleProbe(conn, self.tombstones)
+        keyed = [
+            i for i, r in enumerate(rows) if all(r.get(k) is not None for k in self.key)
+        ]
+        stale, invalid = self._probe.stale(
+            conn,
+            [rows[i] for i in keyed],
+            [rows[i].get(self.op_column) in self.delete_values for i in keyed],
+        )
+        dropped = {keyed[i] for i in stale} | {keyed[i] for i in invalid}
+        bad = [
+            Entry(
+                rows[keyed[i]],
+                f"its key or version does not fit the target's columns: {warning}",
+            )
+            for i, warning in sorted(invalid.items())
+        ]
+        kept = [r for i, r in enumerate(rows) if i not in dropped]
+        return kept, len(stale), bad
+
+    def record(self, conn: Connection, deletes: list[dict[str, Any]]) -> None:
+        """Tombstones for a run of deletes (those with a version)."""
+        self.tombstones.record(
+            conn, [r for r in deletes if r.get(self.version) is not None]
+        )
