@@ -344,3 +344,23 @@ checkpoint = "{tmp_path / "checkpoint"}"
     assert users() == before
     assert sink_tables(db) == []
     assert not Path(tmp_path / "wal").exists()
+
+
+def test_a_session_where_division_by_zero_is_no_error_is_refused(
+    db, users, make_config
+):
+    """The guard fails the statement with a division by zero: a session whose
+    sql_mode lets it pass (NULL and a warning) is refused at start."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    from devtools.mariadb import SINK_PASSWORD
+
+    config = users_config(make_config, "quarantine")
+    engine = create_engine(
+        make_url(config.mysql.url).set(password=SINK_PASSWORD),
+        connect_args={"init_command": "SET SESSION sql_mode='STRICT_ALL_TABLES'"},
+    )
+    with pytest.raises(ConfigError, match="lacks ERROR_FOR_DIVISION_BY_ZERO"):
+        SinkInstance(config, engine).start()
+    engine.dispose()

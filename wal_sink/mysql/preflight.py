@@ -90,6 +90,18 @@ def _check_strict(conn: Connection) -> None:
             f"the MySQL session is not in strict SQL mode (sql_mode={mode!r}); bad "
             "values would be silently truncated. Allow the sink to set sql_mode"
         )
+    _check_division_by_zero(mode)
+
+
+def _check_division_by_zero(mode: str) -> None:
+    """The upsert's guard against reaching another key's row fails the statement
+    with a division by zero (upsert.py), an error only in this mode."""
+    if "ERROR_FOR_DIVISION_BY_ZERO" not in mode:
+        raise ConfigError(
+            f"the MySQL session's sql_mode ({mode!r}) lacks ERROR_FOR_DIVISION_BY_ZERO,"
+            " which stops an upsert from reaching the row of another key through "
+            "another unique index. Allow the sink to set sql_mode"
+        )
 
 
 def _durability_warnings(conn: Connection) -> list[str]:

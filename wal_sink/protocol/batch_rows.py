@@ -99,8 +99,8 @@ class RowApplier:
                 rows += applied
             else:
                 values = _python_rows(chunk)
-                if found.versioned and self.versioned is not None:
-                    values, stale, invalid = self.versioned.drop_stale(conn, values)
+                if found.versioned is not None:
+                    values, stale, invalid = found.versioned.drop_stale(conn, values)
                     skipped += stale
                     bad += invalid
                 for is_delete, run in _runs(
@@ -110,10 +110,11 @@ class RowApplier:
                 ):
                     run = _drop_null_keys(run, mysql.key, bad)
                     if is_delete:
-                        if found.versioned and self.versioned is not None:
-                            self.versioned.record(conn, run)
-                        by = [*mysql.key, *[mysql.version_column] * found.versioned]
-                        params = [{k: r.get(k) for k in by} for r in run]
+                        by = mysql.key
+                        if found.versioned is not None:
+                            found.versioned.record(conn, run)
+                            by = (*by, found.versioned.version)
+                        params = [{k: r[k] for k in by} for r in run]
                         deleted += _isolating(conn, found.delete, params, bad)
                     else:
                         rows += _isolating(
@@ -144,8 +145,8 @@ class RowApplier:
             multi = MultiRowUpsert.for_schema(conn, upsert, columns, schema)
             if mysql.local_infile and BulkLoader.supports(conn, schema):
                 loader = BulkLoader(target, columns, mysql, self.sink_id)
-        versioned = bool(cdc) and mysql.version_column in columns
-        delete = build_delete(target, mysql, versioned) if cdc else None
+        versioned = self.versioned if cdc and mysql.version_column in columns else None
+        delete = build_delete(target, mysql, versioned is not None) if cdc else None
         found = _Statements(schema, upsert, multi, loader, delete, versioned)
         self._by_schema.append(found)
         return found
@@ -258,7 +259,7 @@ class _Statements:
     loader: BulkLoader | None
     delete: Delete | None
     """CDC deletes by key (guarded by the version when ``versioned``)."""
-    versioned: bool
+    versioned: VersionedCdc | None
     """[cdc] rows carrying the version column: stale upserts and tombstones."""
 
 
