@@ -23,6 +23,7 @@ SEED = int(os.environ.get("WAL_SINK_TEST_SEED", time.time()))
 SCHEMA = (
     "arrival INT, op STRING, k STRING, label STRING, amount DECIMAL(12,2), seq BIGINT"
 )
+SINK_TABLES = ("wal_sink_ack", "wal_sink_lease", "wal_sink_outbox")
 Op = tuple[str, str, int, str | None, Decimal | None]  # op, key, version, label, amount
 
 
@@ -54,7 +55,7 @@ def final_state(ops: list[Op]) -> dict[str, tuple]:
 
 @pytest.fixture
 def items(db):
-    for t in ("items_cdc", "items_cdc_tombstones", "wal_sink_ack", "wal_sink_lease"):
+    for t in ("items_cdc", "items_cdc_tombstones", *SINK_TABLES):
         db.execute(f"DROP TABLE IF EXISTS {t}")
     db.execute(
         "CREATE TABLE items_cdc (k VARCHAR(16) PRIMARY KEY, label VARCHAR(32), "
@@ -271,3 +272,62 @@ trigger = "1 second"
         f"removed {len(deleted_keys)} tombstone(s) older than 3 seconds" in done.stdout
     )
     assert json.loads(cli(config, "status", "--json").stdout)["tombstones"] == 0
+
+
+def test_a_table_of_that_name_that_is_not_a_tombstone_table_is_refused(
+    db, items, make_config, tmp_path
+):
+    from wal_sink.errors import ConfigError
+    from wal_sink.protocol.sink_instance import SinkInstance
+
+    db.execute("CREATE TABLE items_cdc_tombstones (k VARCHAR(16)) ENGINE=InnoDB")
+    sink = cdc_sink(make_config, tmp_path, "clash")
+    with pytest.raises(ConfigError, match="not the tombstone table of items_cdc"):
+        sink.start()
+    config = sink.config
+    named = type(config.mysql)(
+        **{**config.mysql.__dict__, "tombstone_table": "items_cdc_deleted"}
+    )
+    db.execute("DROP TABLE IF EXISTS items_cdc_deleted")
+    SinkInstance(type(config)(**{**config.__dict__, "mysql": named})).start()
+    assert db.rows("SHOW TABLES LIKE 'items_cdc_deleted'") == [("items_cdc_deleted",)]
+
+
+def test_an_ack_table_of_0_2_is_read_and_then_upgraded(db, items, tmp_path):
+    """status reads an ack table without skipped_count; init-db adds it."""
+    db.execute(
+        "CREATE TABLE wal_sink_ack (sink_id VARCHAR(128) NOT NULL, batch_id BIGINT "
+        "NOT NULL, row_count BIGINT NOT NULL, deleted_count BIGINT NOT NULL, "
+        "quarantined BIGINT NOT NULL, epoch BIGINT NOT NULL, committed_at "
+        "DATETIME(6) NOT NULL, apply_id CHAR(32), PRIMARY KEY (sink_id, batch_id)) "
+        "ENGINE=InnoDB"
+    )
+    db.execute("INSERT INTO wal_sink_ack VALUES ('old', 0, 5, 1, 0, 1, NOW(6), NULL)")
+    db.run_sql_file("wal_sink_tables.sql")  # the lease and outbox tables
+    config = tmp_path / "old.toml"
+    config.write_text(f"""
+[sink]
+id = "old"
+
+[wal]
+path = "{tmp_path / "wal"}"
+
+[mysql]
+url = "{db.url}"
+table = "items_cdc"
+key = ["k"]
+version_column = "seq"
+
+[cdc]
+op_column = "op"
+order_by = "seq"
+""")
+    done = cli(config, "status", "--json")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert (status["rows_applied"], status["rows_skipped"]) == (5, 0)
+    assert status["tombstones"] == 0
+    done = cli(config, "init-db")
+    assert done.returncode == 0, done.stderr
+    assert "tombstone table items_cdc_tombstones is ready" in done.stdout
+    assert db.rows("SELECT skipped_count FROM wal_sink_ack") == [(0,)]
