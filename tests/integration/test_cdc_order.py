@@ -331,3 +331,42 @@ order_by = "seq"
     assert done.returncode == 0, done.stderr
     assert "tombstone table items_cdc_tombstones is ready" in done.stdout
     assert db.rows("SELECT skipped_count FROM wal_sink_ack") == [(0,)]
+
+
+def test_tombstones_of_a_key_of_two_columns(spark, db, make_config, tmp_path):
+    db.execute("DROP TABLE IF EXISTS pairs")
+    db.execute("DROP TABLE IF EXISTS pairs_tombstones")
+    db.execute(
+        "CREATE TABLE pairs (org VARCHAR(8), k INT, label VARCHAR(8), seq BIGINT, "
+        "n INT, PRIMARY KEY (org, k)) ENGINE=InnoDB"
+    )
+    sink = WalSink(
+        make_config(
+            table="pairs",
+            key=["org", "k"],
+            sink_id="pairs",
+            wal_path=tmp_path / "wal_pairs",
+            version_column="seq",
+            cdc={"op_column": "op", "order_by": "n"},
+        )
+    )
+    schema = "n INT, op STRING, org STRING, k INT, label STRING, seq BIGINT"
+    rows = [
+        (0, "D", "a", 1, None, 5),
+        (1, "I", "a", 1, "stale", 3),  # the delete above is newer: skipped
+        (2, "I", "a", 2, "x", 1),  # another key of the same org
+        (3, "I", "b", 1, "y", 1),  # the same k in another org
+    ]
+    sink.foreach_batch(spark.createDataFrame(rows, schema).coalesce(1), 0)
+    settle(sink)
+    sink.foreach_batch(spark.createDataFrame([(0, "U", "a", 1, "old", 4)], schema), 1)
+    settle(sink)
+    sink.close()
+    assert sorted(db.rows("SELECT org, k, label FROM pairs")) == [
+        ("a", 2, "x"),
+        ("b", 1, "y"),
+    ]
+    assert db.rows(
+        "SELECT batch_id, skipped_count FROM wal_sink_ack WHERE sink_id = 'pairs' "
+        "ORDER BY batch_id"
+    ) == [(0, 1), (1, 1)]
