@@ -1,6 +1,6 @@
 """CDC with a version column reaches the state the versions say, whatever the order
 batches and rows arrive in: deletes are guarded by the version and leave tombstones,
-so an older upsert never brings a row back (DESIGN.md §2)."""
+so an older upsert never brings a row back."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Tombstones: with ``[cdc]`` and ``mysql.version_column``, a delete leaves (key,
 version, when) behind so that an older upsert of the key arriving later — a forced
 replay, files Spark picks in another order, a re-partitioned topic — never brings
-the row back (DESIGN.md §2). The final state is then the one the versions say,
-whatever the delivery order.
+the row back. The final state is then the one the versions say, whatever the
+delivery order.
 
 They live in a table of the sink's beside the target (``mysql.tombstone_table``,
 default ``<table>_tombstones``), not in a soft-delete column of the target: the

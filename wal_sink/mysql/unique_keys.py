@@ -1,5 +1,5 @@
 """The target's unique indexes besides ``mysql.key``, and which of them a stream can
-reach (DESIGN.md §2, merge semantics).
+reach (merge semantics).
 
 An upsert of a new key collides with another row through such an index when the row
 it inserts takes a value that row holds. It can when the stream writes every column

@@ -1,5 +1,5 @@
-"""CDC with a version column, whatever the delivery order (DESIGN.md §2): applied to
-each chunk of a batch inside its transaction, around the row path of batch_rows.py.
+"""CDC with a version column, whatever the delivery order: applied to each chunk of
+a batch inside its transaction, around the row path of batch_rows.py.
 
 1. Upserts a delete of a newer or equal version makes stale — one recorded before
    (a tombstone) or one earlier in the chunk — are dropped and counted as skipped:
