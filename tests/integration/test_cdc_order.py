@@ -114,6 +114,24 @@ def test_any_delivery_order_ends_as_the_versions_say(
         assert quarantined == [(0,)]
 
 
+def test_a_chunk_read_in_pieces_sees_the_deletes_of_the_pieces_before(
+    spark, db, items, make_config, tmp_path, monkeypatch
+):
+    """A chunk whose keys and versions would not fit one read is read a piece at a
+    time, each once the one before is applied: here one row a piece."""
+    from wal_sink.mysql import tombstone_probe
+
+    monkeypatch.setattr(tombstone_probe, "DOCUMENT_BYTES", 1)
+    rng = random.Random(SEED + 2)
+    ops = history(rng)
+    shuffled = rng.sample(ops, len(ops))
+    rows = [(i, o, k, label, a, v) for i, (o, k, v, label, a) in enumerate(shuffled)]
+    sink = cdc_sink(make_config, tmp_path, "pieces", "arrival")
+    apply_batches(spark, sink, [rows])
+    sink.close()
+    assert items() == final_state(ops), f"seed {SEED}"
+
+
 def test_delete_beats_an_upsert_of_its_version_and_null_versions_are_oldest(
     spark, db, items, make_config, tmp_path
 ):

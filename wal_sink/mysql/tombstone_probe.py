@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
@@ -36,6 +36,8 @@ PLAIN_TYPES = frozenset(
 )
 COLUMN_TYPE = re.compile(r"^[a-z]+(\(\d+(,\d+)?\))?( unsigned)?( zerofill)?$")
 NAME = re.compile(r"^\w+$")
+# As the multi-row upserts (multi_row.py): about 1 MB a read.
+DOCUMENT_BYTES = 1_024_000
 Encode = Callable[[Any], Any]
 
 
@@ -71,6 +73,21 @@ class StaleProbe:
             f"(s.c0 IS NULL AND (tb.{VERSION} IS NOT NULL OR s.earlier IS NOT NULL)))"
             " FOR UPDATE"
         )
+
+    def pieces(self, rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+        """``rows`` in order, in pieces whose JSON document stays under
+        ``DOCUMENT_BYTES``: well within any server's max_allowed_packet."""
+        piece: list[dict[str, Any]] = []
+        size = 0
+        for row in rows:
+            length = len(json.dumps(self._element(row, False))) + 1
+            if piece and size + length > DOCUMENT_BYTES:
+                yield piece
+                piece, size = [], 0
+            piece.append(row)
+            size += length
+        if piece:
+            yield piece
 
     def stale(
         self, conn: Connection, rows: Sequence[dict[str, Any]], deletes: list[bool]

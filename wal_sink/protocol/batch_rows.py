@@ -81,7 +81,7 @@ class RowApplier:
     ) -> tuple[int, int, int, list[Entry]]:
         """Apply the batch in staged order; return (upserted, deleted, skipped as
         stale, set aside)."""
-        mysql, cdc = self.config.mysql, self.config.cdc
+        cdc = self.config.cdc
         rows = deleted = skipped = done = 0
         bad: list[Entry] = []
         chunk_rows = self.config.wal.chunk_rows
@@ -98,36 +98,62 @@ class RowApplier:
             if applied is not None:
                 rows += applied
             else:
-                values = _python_rows(chunk)
-                if found.versioned is not None:
-                    values, stale, invalid = found.versioned.drop_stale(conn, values)
+                for piece, stale, invalid in self._pieces(conn, found, chunk):
                     skipped += stale
                     bad += invalid
-                for is_delete, run in _runs(
-                    values,
-                    cdc.op_column if cdc else None,
-                    cdc.delete_values if cdc else (),
-                ):
-                    run = _drop_null_keys(run, mysql.key, bad)
-                    if is_delete:
-                        by = mysql.key
-                        if found.versioned is not None:
-                            found.versioned.record(conn, run)
-                            by = (*by, found.versioned.version)
-                        params = [{k: r[k] for k in by} for r in run]
-                        deleted += _isolating(conn, found.delete, params, bad)
-                    else:
-                        rows += _isolating(
-                            conn,
-                            found.upsert,
-                            _drop_non_finite(run, bad),
-                            bad,
-                            self._upsert_refused,
-                        )
+                    upserted, removed = self._apply_rows(conn, found, piece, bad)
+                    rows += upserted
+                    deleted += removed
             done += chunk.num_rows
             if on_chunk is not None:
                 on_chunk(done, batch.rows)
         return rows, deleted, skipped, bad
+
+    def _pieces(
+        self, conn: Connection, found: _Statements, chunk: pa.RecordBatch
+    ) -> Iterator[tuple[list[dict[str, Any]], int, list[Entry]]]:
+        """The chunk's rows for the driver, with how many were dropped as stale and
+        the rows set aside doing so: whole, or with versioned CDC in pieces of one
+        tombstone read each (each read once the piece before it is applied)."""
+        values = _python_rows(chunk)
+        if found.versioned is None:
+            yield values, 0, []
+        else:
+            yield from found.versioned.pieces(conn, values)
+
+    def _apply_rows(
+        self,
+        conn: Connection,
+        found: _Statements,
+        values: list[dict[str, Any]],
+        bad: list[Entry],
+    ) -> tuple[int, int]:
+        """Rows the driver renders, in order, in runs of upserts and deletes;
+        returns (upserted, deleted)."""
+        mysql, cdc = self.config.mysql, self.config.cdc
+        rows = deleted = 0
+        for is_delete, run in _runs(
+            values,
+            cdc.op_column if cdc else None,
+            cdc.delete_values if cdc else (),
+        ):
+            run = _drop_null_keys(run, mysql.key, bad)
+            if is_delete:
+                by = mysql.key
+                if found.versioned is not None:
+                    found.versioned.record(conn, run)
+                    by = (*by, found.versioned.version)
+                params = [{k: r[k] for k in by} for r in run]
+                deleted += _isolating(conn, found.delete, params, bad)
+            else:
+                rows += _isolating(
+                    conn,
+                    found.upsert,
+                    _drop_non_finite(run, bad),
+                    bad,
+                    self._upsert_refused,
+                )
+        return rows, deleted
 
     def _statements(self, conn: Connection, schema: pa.Schema) -> _Statements:
         """How chunks of ``schema`` are applied; built once per schema (statements

@@ -15,6 +15,7 @@ winning, as before.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -43,19 +44,28 @@ class VersionedCdc:
         """Create the tombstone table if needed (idempotent)."""
         self.tombstones.ensure(engine)
 
-    def drop_stale(
+    def pieces(
         self, conn: Connection, rows: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], int, list[Entry]]:
-        """``rows`` (a chunk, in staged order) without its stale upserts; how many
-        were dropped; and the rows set aside because MySQL cannot take their key
-        or version as the target's types (an insert would fail on them)."""
+    ) -> Iterator[tuple[list[dict[str, Any]], int, list[Entry]]]:
+        """A chunk's ``rows`` (in staged order) in pieces of one bounded read each,
+        every piece read only once the caller applied the one before it (whose
+        deletes' tombstones it then sees): each without its stale upserts, with
+        how many were dropped, and the rows set aside because MySQL cannot take
+        their key or version as the target's types (an insert would fail on
+        them)."""
         if self._probe is None:
             self.tombstones.ensure(conn.engine)
             self._probe = StaleProbe(conn, self.tombstones)
+        for piece in self._probe.pieces(rows):
+            yield self._drop_stale(conn, self._probe, piece)
+
+    def _drop_stale(
+        self, conn: Connection, probe: StaleProbe, rows: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], int, list[Entry]]:
         keyed = [
             i for i, r in enumerate(rows) if all(r.get(k) is not None for k in self.key)
         ]
-        stale, invalid = self._probe.stale(
+        stale, invalid = probe.stale(
             conn,
             [rows[i] for i in keyed],
             [rows[i].get(self.op_column) in self.delete_values for i in keyed],
