@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
 from wal_sink.config import Config
 from wal_sink.mysql.tombstone_probe import StaleProbe
@@ -39,10 +39,6 @@ class VersionedCdc:
         self.version = config.mysql.version_column
         self.tombstones = Tombstones(config)
         self._probe: StaleProbe | None = None
-
-    def ensure(self, engine: Engine) -> None:
-        """Create the tombstone table if needed (idempotent)."""
-        self.tombstones.ensure(engine)
 
     def pieces(
         self, conn: Connection, rows: list[dict[str, Any]]
