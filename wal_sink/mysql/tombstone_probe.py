@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
@@ -39,6 +40,14 @@ NAME = re.compile(r"^\w+$")
 # As the multi-row upserts (multi_row.py): about 1 MB a read.
 DOCUMENT_BYTES = 1_024_000
 Encode = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Document:
+    """What one read sends: an element per row, and their JSON text."""
+
+    elements: list[list[Any]]
+    text: str
 
 
 class StaleProbe:
@@ -74,53 +83,42 @@ class StaleProbe:
             " FOR UPDATE"
         )
 
-    def pieces(self, rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-        """``rows`` in order, in pieces whose JSON document stays under
-        ``DOCUMENT_BYTES``: well within any server's max_allowed_packet."""
-        piece: list[dict[str, Any]] = []
-        size = 0
-        for row in rows:
-            length = len(json.dumps(self._element(row, False))) + 1
-            if piece and size + length > DOCUMENT_BYTES:
-                yield piece
-                piece, size = [], 0
-            piece.append(row)
-            size += length
-        if piece:
-            yield piece
+    def document(
+        self, rows: Sequence[dict[str, Any]], deletes: Sequence[bool]
+    ) -> Document:
+        """The read's JSON document for ``rows`` (staged order, keys not NULL),
+        each a delete or an upsert."""
+        elements = [self._element(r, d) for r, d in zip(rows, deletes)]
+        return Document(elements, json.dumps(elements))
 
     def stale(
-        self, conn: Connection, rows: Sequence[dict[str, Any]], deletes: list[bool]
+        self, conn: Connection, document: Document
     ) -> tuple[set[int], dict[int, str]]:
-        """Positions of the upserts in ``rows`` (staged order, keys not NULL) that
-        a delete of a newer or equal version, recorded before or earlier in the
-        chunk, makes stale; and the positions whose key or version MySQL cannot
-        take as the target's types, with its warning."""
-        doc = [self._element(r, d) for r, d in zip(rows, deletes)]
-        considered = list(range(len(doc)))
-        found, warning = self._read(conn, doc)
+        """Positions of the upserts of ``document`` that a delete of a newer or
+        equal version, recorded before or earlier in it, makes stale; and the
+        positions whose key or version MySQL cannot take as the target's types,
+        with its warning."""
+        elements = document.elements
+        considered = list(range(len(elements)))
+        found, warning = self._read(conn, document.text)
         invalid: dict[int, str] = {}
         if warning:
-            invalid = self._warning_rows(conn, doc, considered)
+            invalid = self._warning_rows(conn, elements, considered)
             considered = [i for i in considered if i not in invalid]
-            found, _ = self._read(conn, [doc[i] for i in considered])
+            found, _ = self._read(conn, json.dumps([elements[i] for i in considered]))
         return {considered[n - 1] for n in found}, invalid
 
     def _element(self, row: dict[str, Any], is_delete: bool) -> list[Any]:
         values = [row.get(self.version), *(row[k] for k in self.key)]
         return [int(is_delete), *(e(v) for e, v in zip(self._encoders, values))]
 
-    def _read(
-        self, conn: Connection, doc: list[list[Any]]
-    ) -> tuple[list[int], str | None]:
+    def _read(self, conn: Connection, doc: str) -> tuple[list[int], str | None]:
         """The stale rows' 1-based positions, and MySQL's first warning (a note,
         such as a rounded decimal, is what an insert does too: not counted)."""
-        if not doc:
+        if doc == "[]":
             return [], None
         positions = list(
-            conn.execute(
-                self.sql, {"doc": json.dumps(doc), "sink": self.sink_id}
-            ).scalars()
+            conn.execute(self.sql, {"doc": doc, "sink": self.sink_id}).scalars()
         )
         count = conn.exec_driver_sql("SHOW COUNT(*) WARNINGS").scalar_one()
         shown = conn.exec_driver_sql("SHOW WARNINGS").all()
@@ -132,18 +130,18 @@ class StaleProbe:
         return positions, warnings[0] if warnings else None
 
     def _warning_rows(
-        self, conn: Connection, doc: list[list[Any]], part: list[int]
+        self, conn: Connection, elements: list[list[Any]], part: list[int]
     ) -> dict[int, str]:
         """The positions in ``part`` whose values make MySQL warn, with the warning,
         by bisecting."""
-        _, warning = self._read(conn, [doc[i] for i in part])
+        _, warning = self._read(conn, json.dumps([elements[i] for i in part]))
         if warning is None:
             return {}
         if len(part) == 1:
             return {part[0]: warning}
         middle = len(part) // 2
-        return self._warning_rows(conn, doc, part[:middle]) | self._warning_rows(
-            conn, doc, part[middle:]
+        return self._warning_rows(conn, elements, part[:middle]) | self._warning_rows(
+            conn, elements, part[middle:]
         )
 
 

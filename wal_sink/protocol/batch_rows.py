@@ -140,8 +140,7 @@ class RowApplier:
             run = _drop_null_keys(run, mysql.key, bad)
             if is_delete:
                 by = mysql.key
-                if found.versioned is not None:
-                    found.versioned.record(conn, run)
+                if found.versioned is not None:  # tombstones: versioned_cdc.py
                     by = (*by, found.versioned.version)
                 params = [{k: r[k] for k in by} for r in run]
                 deleted += _isolating(conn, found.delete, params, bad)

@@ -21,7 +21,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from wal_sink.config import Config
-from wal_sink.mysql.tombstone_probe import StaleProbe
+from wal_sink.mysql import tombstone_probe
+from wal_sink.mysql.tombstone_probe import Document, StaleProbe
 from wal_sink.mysql.tombstones import Tombstones
 from wal_sink.wal.quarantine import Entry
 
@@ -43,29 +44,42 @@ class VersionedCdc:
     def pieces(
         self, conn: Connection, rows: list[dict[str, Any]]
     ) -> Iterator[tuple[list[dict[str, Any]], int, list[Entry]]]:
-        """A chunk's ``rows`` (in staged order) in pieces of one bounded read each,
-        every piece read only once the caller applied the one before it (whose
-        deletes' tombstones it then sees): each without its stale upserts, with
-        how many were dropped, and the rows set aside because MySQL cannot take
-        their key or version as the target's types (an insert would fail on
-        them)."""
+        """A chunk's ``rows`` (in staged order) in pieces of one read each (the
+        whole chunk unless its document passes ``DOCUMENT_BYTES``), every piece
+        read only once the caller applied the one before it, whose deletes'
+        tombstones it then sees: each without its stale upserts, with how many
+        were dropped, and the rows set aside because MySQL cannot take their key
+        or version as the target's types (an insert would fail on them)."""
         if self._probe is None:
             self.tombstones.ensure(conn.engine)
             self._probe = StaleProbe(conn, self.tombstones)
-        for piece in self._probe.pieces(rows):
-            yield self._drop_stale(conn, self._probe, piece)
+        pending = [rows]
+        while pending:
+            piece = pending.pop()
+            keyed = [
+                i
+                for i, r in enumerate(piece)
+                if all(r.get(k) is not None for k in self.key)
+            ]
+            deletes = [
+                piece[i].get(self.op_column) in self.delete_values for i in keyed
+            ]
+            document = self._probe.document([piece[i] for i in keyed], deletes)
+            if len(document.text) > tombstone_probe.DOCUMENT_BYTES and len(piece) > 1:
+                middle = len(piece) // 2
+                pending += [piece[middle:], piece[:middle]]
+                continue
+            yield self._drop_stale(conn, piece, keyed, deletes, document)
 
     def _drop_stale(
-        self, conn: Connection, probe: StaleProbe, rows: list[dict[str, Any]]
+        self,
+        conn: Connection,
+        rows: list[dict[str, Any]],
+        keyed: list[int],
+        deletes: list[bool],
+        document: Document,
     ) -> tuple[list[dict[str, Any]], int, list[Entry]]:
-        keyed = [
-            i for i, r in enumerate(rows) if all(r.get(k) is not None for k in self.key)
-        ]
-        stale, invalid = probe.stale(
-            conn,
-            [rows[i] for i in keyed],
-            [rows[i].get(self.op_column) in self.delete_values for i in keyed],
-        )
+        stale, invalid = self._probe.stale(conn, document)
         dropped = {keyed[i] for i in stale} | {keyed[i] for i in invalid}
         bad = [
             Entry(
@@ -75,10 +89,16 @@ class VersionedCdc:
             for i, warning in sorted(invalid.items())
         ]
         kept = [r for i, r in enumerate(rows) if i not in dropped]
-        return kept, len(stale), bad
-
-    def record(self, conn: Connection, deletes: list[dict[str, Any]]) -> None:
-        """Tombstones for a run of deletes (those with a version)."""
+        # Step 2's tombstones, all of the piece's at once: only the next piece's
+        # read sees them, and it comes after this piece is applied.
         self.tombstones.record(
-            conn, [r for r in deletes if r.get(self.version) is not None]
+            conn,
+            [
+                rows[i]
+                for i, is_delete in zip(keyed, deletes)
+                if is_delete
+                and i not in dropped
+                and rows[i].get(self.version) is not None
+            ],
         )
+        return kept, len(stale), bad
