@@ -364,3 +364,26 @@ def test_a_session_where_division_by_zero_is_no_error_is_refused(
     with pytest.raises(ConfigError, match="lacks ERROR_FOR_DIVISION_BY_ZERO"):
         SinkInstance(config, engine).start()
     engine.dispose()
+
+
+def test_an_index_added_while_the_sink_runs_never_routes_a_record_elsewhere(
+    spark, db, users, make_config
+):
+    """The refusal is decided at start; an index a DBA adds later is still never a
+    way to another row: the upsert's own guard sets the record aside."""
+    db.execute("ALTER TABLE users DROP INDEX users_email")
+    sink = WalSink(users_config(make_config))
+    df = spark.createDataFrame([(4, "dan@x", Decimal(1))], SCHEMA)
+    sink.foreach_batch(df, 0)
+    settle(sink)
+    db.execute("ALTER TABLE users ADD UNIQUE KEY users_email (email)")
+    df = spark.createDataFrame(
+        [(7, "ann@x", Decimal(1)), (8, "eve@x", Decimal(2))], SCHEMA
+    )
+    sink.foreach_batch(df.coalesce(1), 1)
+    settle(sink)
+    sink.close()
+    got = users()
+    assert got[1] == ("ann@x", Decimal(10)) and 7 not in got
+    assert got[8] == ("eve@x", Decimal(2))
+    assert db.rows("SELECT batch_id, quarantined FROM wal_sink_ack") == [(0, 0), (1, 1)]
