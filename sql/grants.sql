@@ -16,3 +16,6 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON shop.kpxxb_hzb TO 'sink'@'%';
 GRANT SELECT, INSERT, UPDATE, DELETE ON shop.wal_sink_ack TO 'sink'@'%';
 GRANT SELECT, INSERT, UPDATE ON shop.wal_sink_lease TO 'sink'@'%';
 GRANT SELECT, INSERT, DELETE ON shop.wal_sink_outbox TO 'sink'@'%';
+-- With [cdc] and mysql.version_column, the tombstone table of the target too
+-- (created beforehand as in sql/wal_sink_tables.sql), e.g. for a target `items`:
+-- GRANT SELECT, INSERT, UPDATE, DELETE ON shop.items_tombstones TO 'sink'@'%';

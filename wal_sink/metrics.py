@@ -53,6 +53,10 @@ class SinkMetrics:
         self.rows_quarantined = counter(
             "wal_sink_rows_quarantined", "Rows set aside for the quarantine table."
         )
+        self.rows_skipped = counter(
+            "wal_sink_rows_skipped",
+            "CDC upserts a newer delete made stale (not applied, not bad data).",
+        )
         self.batches_pending = gauge(
             "wal_sink_batches_pending",
             "Batches staged and not yet applied (waiting for the committer).",

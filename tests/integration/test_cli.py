@@ -53,6 +53,8 @@ STATUS_KEYS = {
     "rows_deleted",
     "rows_quarantined",
     "quarantined_batches",
+    "rows_skipped",
+    "tombstones",
     "last_commit_at",
     "lag_seconds",
     "lag_batches",

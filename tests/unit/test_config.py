@@ -79,12 +79,38 @@ def test_valid_config_loads_typed_values():
             "job.spark_log_level: 'LOUD' must be one of OFF, FATAL, ERROR, WARN, INFO",
         ),
         ({"mysql__key": ["_wal_seq"]}, "reserved"),
+        ({"mysql__unique_conflicts": "overwrite"}, "mysql.unique_conflicts"),
+        (
+            {"mysql__table": "t" * 60, "cdc": {"op_column": "op", "order_by": "s"}},
+            "mysql.tombstone_table: 'tttttttttt",
+        ),
+        ({"mysql__tombstone_table": "x; DROP"}, "mysql.tombstone_table"),
+        (
+            {
+                "cdc": {
+                    "op_column": "op",
+                    "order_by": "s",
+                    "tombstone_retention": "ever",
+                }
+            },
+            "cdc.tombstone_retention",
+        ),
     ],
 )
 def test_bad_config_names_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as info:
         config_from_dict(base(**overrides))
     assert "\n" not in str(info.value)
+
+
+def test_tombstone_table_defaults_to_the_target_s_name():
+    cdc = {"op_column": "op", "order_by": "seq"}
+    config = config_from_dict(base(cdc=cdc))
+    assert config.mysql.tombstones == "t_tombstones"
+    assert config.cdc.tombstone_retention == "7 days"
+    assert config.mysql.unique_conflicts == "refuse"
+    named = config_from_dict(base(cdc=cdc, mysql__tombstone_table="deleted"))
+    assert named.mysql.tombstones == "deleted"
 
 
 def test_spark_log_level_defaults_to_warn_and_takes_any_case():

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.cli.render import (
+    applied_counts,
     ids,
     quarantine_table,
     rows_table,
@@ -110,7 +111,8 @@ def _instance(ctx: click.Context) -> Iterator[SinkInstance]:
 @click.pass_context
 @_one_line_errors
 def init_db_command(ctx: click.Context) -> None:
-    """Create the ack and lease tables if missing (idempotent).
+    """Create the ack, lease and outbox tables (and with [cdc] and a version
+    column, the tombstone table) if missing (idempotent).
 
     Example: wal-sink -c conf/local.toml init-db
     """
@@ -121,6 +123,12 @@ def init_db_command(ctx: click.Context) -> None:
         init_db(sink.engine, sink.config.mysql)
         t = sink.tables
         out.print(f"tables {t.ack.name}, {t.lease.name} and {t.outbox.name} are ready")
+        config = sink.config
+        if config.cdc and config.mysql.version_column:
+            from wal_sink.mysql.tombstones import Tombstones
+
+            Tombstones(config).ensure(sink.engine)
+            out.print(f"tombstone table {config.mysql.tombstones} is ready")
 
 
 @main.command()
@@ -183,7 +191,7 @@ def recover(ctx: click.Context) -> None:
     if not results:
         out.print("nothing to recover: every staged batch has an ack")
     for r in results:
-        out.print(f"batch {r.batch_id}: {r.rows} rows upserted, {r.deleted} deleted")
+        out.print(f"batch {r.batch_id}: {applied_counts(r)}")
 
 
 @main.command()
@@ -267,11 +275,7 @@ def replay(
     for r in results:
         out.print(
             f"batch {r.batch_id}: "
-            + (
-                f"{r.rows} rows upserted, {r.deleted} deleted"
-                if r.applied
-                else "already applied, skipped"
-            )
+            + (applied_counts(r) if r.applied else "already applied, skipped")
         )
 
 
@@ -309,9 +313,12 @@ def purge(
 ) -> None:
     """Remove acked batches from the WAL; batches without an ack are never removed.
 
+    With [cdc] and a version column, also tombstones older than
+    cdc.tombstone_retention.
+
     Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
     """
-    from wal_sink.protocol.purge import check_retention, plan_purge
+    from wal_sink.protocol.purge import check_retention, expire_tombstones, plan_purge
 
     if (before is None) == (older_than is None):
         raise click.UsageError(
@@ -337,6 +344,12 @@ def purge(
             out.print(
                 f"keeping unacked batch(es) {ids(plan.kept_unacked)}: "
                 "run `wal-sink recover` to apply them"
+            )
+        expired = expire_tombstones(sink, dry_run)
+        if expired is not None:
+            out.print(
+                f"{'would remove' if dry_run else 'removed'} {expired} tombstone(s) "
+                f"older than {sink.config.cdc.tombstone_retention}"
             )
         if not sink.wal.exists() or (dry_run and not do_vacuum):
             return

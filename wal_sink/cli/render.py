@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table as RichTable
 
+from wal_sink.protocol.committer import CommitResult
 from wal_sink.protocol.status import SinkStatus
 from wal_sink.wal.reader import StagedBatch
 
@@ -45,7 +46,8 @@ def status_table(st: SinkStatus) -> RichTable:
             "rows applied",
             f"{st.rows_applied} upserted, {st.rows_deleted} deleted, "
             f"{st.rows_quarantined} quarantined"
-            + (f" ({st.outbox_rows} on their way)" if st.outbox_rows else ""),
+            + (f" ({st.outbox_rows} on their way)" if st.outbox_rows else "")
+            + (f", {st.rows_skipped} skipped as stale" if st.rows_skipped else ""),
         ),
         (
             "set aside",
@@ -68,6 +70,11 @@ def status_table(st: SinkStatus) -> RichTable:
         ),
         ("lag", f"{maybe(st.lag_batches)} batch(es) staged beyond the last ack"),
         ("lease", f"epoch {maybe(st.lease_epoch)}, {maybe(st.lease_holder)}"),
+        *(
+            [("tombstones", f"{st.tombstones} deleted key(s) remembered")]
+            if st.tombstones is not None
+            else []
+        ),
     ]:
         table.add_row(label, value)
     return table
@@ -101,6 +108,13 @@ def rows_table(batch: StagedBatch, rows: list[dict[str, Any]]) -> RichTable:
     for row in rows:
         table.add_row(*("NULL" if v is None else str(v) for v in row.values()))
     return table
+
+
+def applied_counts(result: CommitResult) -> str:
+    """What applying a batch did, as ``recover`` and ``replay`` say it."""
+    return f"{result.rows} rows upserted, {result.deleted} deleted" + (
+        f", {result.skipped} skipped as stale" if result.skipped else ""
+    )
 
 
 def span(first: int | None, last: int | None) -> str:

@@ -33,6 +33,7 @@ from wal_sink.storage import CREDENTIAL, Storage, is_s3
 SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RESERVED_PREFIX = "_wal_"
+TOMBSTONE_SUFFIX = "_tombstones"
 SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
@@ -151,6 +152,12 @@ class MysqlConfig:
     """Per-column policy: overwrite (default) | add | keep."""
     version_column: Identifier | None = None
     """Rows update overwrite columns only when their version is >= the stored one."""
+    unique_conflicts: Literal["refuse", "quarantine"] = "refuse"
+    """Another unique index the stream writes: refuse to start, or set aside records
+    that would reach another row through it."""
+    tombstone_table: Identifier | None = None
+    """With [cdc] and version_column: deleted keys and versions (default: the target
+    table's name + "_tombstones")."""
     password_env: Text = "WAL_SINK_MYSQL_PASSWORD"
     """Environment variable holding the password."""
     password_file: Location | None = None
@@ -191,6 +198,11 @@ class MysqlConfig:
     def _url(cls, url: str) -> str:
         return mysql_url(url)
 
+    @property
+    def tombstones(self) -> str:
+        """The tombstone table's name (used with [cdc] and a version column)."""
+        return self.tombstone_table or f"{self.table}{TOMBSTONE_SUFFIX}"
+
     @model_validator(mode="after")
     def _columns(self) -> MysqlConfig:
         for column in self.merge:
@@ -216,6 +228,9 @@ class CdcConfig:
     """Rows of one batch are applied in this column's order."""
     delete_values: Annotated[tuple[Text, ...], Field(min_length=1)] = ("D",)
     """Values of ``op_column`` that delete the key."""
+    tombstone_retention: DurationText = "7 days"
+    """With mysql.version_column: how long a delete keeps older upserts of its key
+    out (``wal-sink purge`` removes older tombstones)."""
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -324,6 +339,11 @@ class Config:
                 )
         if self.cdc and self.cdc.op_column in m.key:
             raise ValueError("cdc.op_column cannot be a key column")
+        if self.cdc and m.version_column and not IDENTIFIER.match(m.tombstones):
+            raise ValueError(
+                f"mysql.tombstone_table: {m.tombstones!r} is longer than 64 "
+                "characters; name the tombstone table"
+            )
         for key, location in (
             ("wal.path", self.wal_path),
             ("wal.quarantine_path", self.quarantine_path),

@@ -11,11 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, Table, delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    Table,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from wal_sink.mysql.errors import DUPLICATE_KEY, error_code
 from wal_sink.mysql.tables import APPLIED, QUARANTINED
+
+UNKNOWN_COLUMN = 1054
 
 
 @dataclass(frozen=True)
@@ -26,6 +39,7 @@ class Ack:
     quarantined: int
     apply_id: str | None
     committed_at: datetime
+    skipped: int = 0
 
 
 @dataclass(frozen=True)
@@ -37,6 +51,7 @@ class AckSummary:
     deleted: int
     quarantined: int
     last_commit_at: datetime | None
+    skipped: int = 0
 
 
 class AckTable:
@@ -83,8 +98,15 @@ class AckTable:
         return True
 
     def complete(
-        self, conn: Connection, batch_id: int, rows: int, deleted: int, quarantined: int
+        self,
+        conn: Connection,
+        batch_id: int,
+        rows: int,
+        deleted: int,
+        quarantined: int,
+        skipped: int = 0,
     ) -> None:
+        """Fill in the counts; ``skipped``: CDC upserts a newer delete made stale."""
         conn.execute(
             update(self.table)
             .where(self._between(batch_id, batch_id))
@@ -92,6 +114,7 @@ class AckTable:
                 row_count=rows,
                 deleted_count=deleted,
                 quarantined=quarantined,
+                skipped_count=skipped,
                 committed_at=func.now(6),
             )
         )
@@ -112,6 +135,7 @@ class AckTable:
                 c.quarantined,
                 c.apply_id,
                 c.committed_at,
+                c.skipped_count,
             )
             .where(self._between(first, last))
             .with_for_update()
@@ -155,22 +179,40 @@ class AckTable:
         ).scalar_one()
 
     def summary(self, conn: Connection) -> AckSummary:
+        """Counts over this sink's ack rows (an ack table from before 0.3, not
+        upgraded yet, has no skipped rows)."""
         c = self.table.c
-        row = conn.execute(
-            select(
-                func.count(),
-                func.min(c.batch_id),
-                func.max(c.batch_id),
-                func.coalesce(func.sum(c.row_count), 0),
-                func.coalesce(func.sum(c.deleted_count), 0),
-                func.coalesce(func.sum(c.quarantined), 0),
-                func.max(c.committed_at),
-            ).where(self._mine)
-        ).one()
-        count, first, last, rows, deleted, quarantined, at = row
+        skipped = func.coalesce(func.sum(c.skipped_count), 0)
+        try:
+            row = conn.execute(self._summary(skipped)).one()
+        except DBAPIError as e:
+            if error_code(e) != UNKNOWN_COLUMN:
+                raise
+            row = conn.execute(self._summary(literal(0))).one()
+        count, first, last, rows, deleted, quarantined, at, skipped = row
         return AckSummary(
-            count, first, last, int(rows), int(deleted), int(quarantined), at
+            count,
+            first,
+            last,
+            int(rows),
+            int(deleted),
+            int(quarantined),
+            at,
+            int(skipped),
         )
+
+    def _summary(self, skipped: ColumnElement) -> Select:
+        c = self.table.c
+        return select(
+            func.count(),
+            func.min(c.batch_id),
+            func.max(c.batch_id),
+            func.coalesce(func.sum(c.row_count), 0),
+            func.coalesce(func.sum(c.deleted_count), 0),
+            func.coalesce(func.sum(c.quarantined), 0),
+            func.max(c.committed_at),
+            skipped,
+        ).where(self._mine)
 
     def forget(self, conn: Connection, batch_ids: list[int]) -> int:
         """Drop the acks of batches purged from the WAL, keeping the newest ack row

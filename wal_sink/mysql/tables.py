@@ -37,6 +37,7 @@ QUARANTINED = "quarantined"
 ADDED_ACK_COLUMNS = {
     "apply_id": ("CHAR(32) NULL", "0.2"),
     "state": (f"VARCHAR(16) NOT NULL DEFAULT '{APPLIED}'", "0.3"),
+    "skipped_count": ("BIGINT NOT NULL DEFAULT 0", "0.3"),
 }
 """Ack columns later versions added, with their DDL and that version: a table made
 earlier gets them from init-db or the job, when the user may ALTER it."""
@@ -64,6 +65,7 @@ def sink_tables(mysql: MysqlConfig) -> SinkTables:
         Column("committed_at", DATETIME(fsp=6), nullable=False),
         Column("apply_id", CHAR(APPLY_ID_LENGTH)),
         Column("state", String(16), nullable=False, server_default=APPLIED),
+        Column("skipped_count", BigInteger, nullable=False, server_default="0"),
         mysql_engine="InnoDB",
     )
     lease = Table(

@@ -61,6 +61,8 @@ class CommitResult:
     quarantined: int = 0
     seconds: float = 0.0
     """Time of the transaction that applied it (shared by its group)."""
+    skipped: int = 0
+    """CDC upserts a newer delete made stale: not applied, not quarantined."""
 
 
 class Committer:
@@ -209,7 +211,7 @@ class Committer:
         ids = [b.batch_id if isinstance(b, StagedBatch) else b for b in batches]
         first, last = ids[0], ids[-1]
         started = time.monotonic()
-        results: list[tuple[int, Ack | None, int, int, int]] = []
+        results: list[tuple[int, Ack | None, int, int, int, int]] = []
         try:
             with self.engine.connect() as conn, conn.begin():
                 # Step 1. Fencing.
@@ -226,7 +228,7 @@ class Committer:
                 for batch_id, wanted in zip(ids, batches):
                     ack = acked.get(batch_id)
                     if ack is not None and (ack.apply_id in tried or not force):
-                        results.append((batch_id, ack, 0, 0, 0))
+                        results.append((batch_id, ack, 0, 0, 0, 0))
                         continue
                     if ack is not None:
                         self.acks.remove(conn, batch_id)
@@ -242,15 +244,17 @@ class Committer:
                             batch_id=batch.batch_id,
                         )
                     if set_aside:
-                        rows = deleted = 0
+                        rows = deleted = skipped = 0
                         put = self._put_whole_batch(conn, batch, apply_id)
                     else:
-                        rows, deleted, bad = self.rows.apply(conn, batch, on_chunk)
+                        rows, deleted, skipped, bad = self.rows.apply(
+                            conn, batch, on_chunk
+                        )
                         self.outbox.put(conn, apply_id, batch_id, bad)
                         put = len(bad)
                     self._outbox_filled |= bool(put)
-                    self.acks.complete(conn, batch_id, rows, deleted, put)
-                    results.append((batch_id, None, rows, deleted, put))
+                    self.acks.complete(conn, batch_id, rows, deleted, put, skipped)
+                    results.append((batch_id, None, rows, deleted, put, skipped))
                     faults.hit("commit.before_commit", batch_id)
                 # Step 4. COMMIT (leaving the block).
             faults.hit("commit.after_commit", last)
@@ -280,7 +284,7 @@ class Committer:
         return put
 
     def _result(self, outcome, tried: set[str], seconds: float) -> CommitResult:
-        batch_id, ack, rows, deleted, quarantined = outcome
+        batch_id, ack, rows, deleted, quarantined, skipped = outcome
         if ack is None:
             log.debug(
                 "sink %s batch %s applied: %s rows, %s deleted, %s quarantined",
@@ -290,10 +294,18 @@ class Committer:
                 deleted,
                 quarantined,
             )
-            return CommitResult(batch_id, True, rows, deleted, quarantined, seconds)
+            return CommitResult(
+                batch_id, True, rows, deleted, quarantined, seconds, skipped
+            )
         if ack.apply_id in tried:  # an earlier attempt committed; its reply was lost
             return CommitResult(
-                batch_id, True, ack.rows, ack.deleted, ack.quarantined, seconds
+                batch_id,
+                True,
+                ack.rows,
+                ack.deleted,
+                ack.quarantined,
+                seconds,
+                ack.skipped,
             )
         log.info("sink %s batch %s already applied; skipped", self.sink_id, batch_id)
         return CommitResult(batch_id, applied=False)

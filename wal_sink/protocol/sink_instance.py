@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
@@ -18,10 +19,12 @@ from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
 from wal_sink.mysql.acks import AckTable
 from wal_sink.mysql.engine import make_engine
-from wal_sink.mysql.errors import mysql_error
+from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.mysql.preflight import preflight
 from wal_sink.mysql.tables import init_db, sink_tables
 from wal_sink.mysql.target import reflect_target
+from wal_sink.mysql.tombstones import Tombstones
+from wal_sink.mysql.unique_keys import refuse_unique_conflicts
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
@@ -68,6 +71,9 @@ class SinkInstance:
         self.committer: Committer | None = None
         self.known = KnownBatches(None, None)
         """What the WAL and the ack table knew when the lease was taken."""
+        self.stream_columns: tuple[str, ...] = ()
+        """Columns the stream writes, when known before it runs (``expect_columns``)."""
+        self._checked_columns: set[frozenset[str]] = set()
 
     @property
     def engine(self) -> Engine:
@@ -87,6 +93,34 @@ class SinkInstance:
     @property
     def epoch(self) -> int | None:
         return self.committer.epoch if self.committer else None
+
+    def expect_columns(self, columns: Iterable[str]) -> None:
+        """Say which columns the stream will write, before ``start``: a unique index
+        of the target they reach is then refused before the lease is taken."""
+        self.stream_columns = tuple(self._written(columns))
+
+    def check_columns(self, columns: Iterable[str]) -> None:
+        """Refuse (ConfigError) a stream whose columns reach another row through a
+        unique index besides mysql.key, before anything of it is staged; once per
+        set of columns. While MySQL is unreachable the check is left to the
+        committer, which makes it again before applying anything."""
+        written = self._written(columns)
+        if written in self._checked_columns:
+            return
+        try:
+            with self.engine.connect() as conn:
+                refuse_unique_conflicts(
+                    conn, self.config, self.config.mysql.table, written
+                )
+        except DBAPIError as e:
+            if not is_transient(e):
+                raise mysql_error(e, sink_id=self.sink_id) from e
+            return
+        self._checked_columns.add(written)
+
+    def _written(self, columns: Iterable[str]) -> frozenset[str]:
+        cdc = self.config.cdc
+        return frozenset(c for c in columns if not cdc or c != cdc.op_column)
 
     def check_owners(self) -> list[tuple[DeltaTable, str, str]]:
         """Refuse (ConfigError) a WAL or quarantine table another sink owns (I9);
@@ -149,8 +183,11 @@ class SinkInstance:
     def _take_lease(self) -> Committer:
         try:
             target = reflect_target(self.engine, self.config.mysql.table)
-            preflight(self.engine, self.config, target)
+            preflight(self.engine, self.config, target, self.stream_columns)
+            self._checked_columns.add(frozenset(self.stream_columns))
             init_db(self.engine, self.config.mysql)
+            if self.config.cdc and self.config.mysql.version_column:
+                Tombstones(self.config).ensure(self.engine)
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)
             with self.engine.connect() as conn:
                 self.known = known_batches(conn, self.acks, self.wal)

@@ -9,10 +9,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import ProgrammingError
 
 from wal_sink.mysql.errors import error_code
+from wal_sink.mysql.tombstones import Tombstones
 from wal_sink.protocol.outbox import Outbox
 from wal_sink.protocol.recovery import unacked_batches
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -50,6 +51,10 @@ class SinkStatus:
     quarantined_batches: list[int] = field(default_factory=list)
     """Batches set aside whole (``wal-sink quarantine-batch``): acked as
     quarantined, never applied."""
+    rows_skipped: int = 0
+    """CDC upserts a newer delete made stale (not applied, not bad data)."""
+    tombstones: int | None = None
+    """Deletes remembered against older upserts ([cdc] with a version column)."""
     outbox_rows: int = 0
     """Rows set aside by committed batches, not yet in the quarantine table."""
     last_commit_at: str | None = None
@@ -84,12 +89,14 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
                     lease.c.sink_id == sink.sink_id
                 )
             ).first()
+            tombstones = _tombstones(sink, conn)
         tables = True
     except ProgrammingError as e:
         if error_code(e) != NO_SUCH_TABLE:
             raise
         acks, unacked, outbox, lease_row, tables = None, sorted(staged), 0, None, False
         set_aside = []
+        tombstones = None
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     last_at = acks.last_commit_at if acks else None
     last = acks.last if acks else None
@@ -120,6 +127,8 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         rows_deleted=acks.deleted if acks else 0,
         rows_quarantined=acks.quarantined if acks else 0,
         quarantined_batches=set_aside,
+        rows_skipped=acks.skipped if acks else 0,
+        tombstones=tombstones,
         outbox_rows=outbox,
         last_commit_at=last_at.isoformat() if last_at else None,
         lag_seconds=round((now - last_at).total_seconds(), 3) if last_at else None,
@@ -130,3 +139,12 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         lease_holder=lease_row[1] if lease_row else None,
         lease_acquired_at=lease_row[2].isoformat() if lease_row else None,
     )
+
+
+def _tombstones(sink: SinkInstance, conn: Connection) -> int | None:
+    """How many tombstones the sink keeps; None without [cdc] and a version column
+    (0 while the table does not exist yet)."""
+    config = sink.config
+    if not config.cdc or not config.mysql.version_column:
+        return None
+    return Tombstones(config).count(conn)

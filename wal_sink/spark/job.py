@@ -88,12 +88,13 @@ def log_applied(applied: Applied) -> None:
         return
     lag = "-" if applied.lag_ms is None else f"{applied.lag_ms:.0f}"
     log.info(
-        "batch %d applied: rows=%d deleted=%d quarantined=%d commit_ms=%.0f "
+        "batch %d applied: rows=%d deleted=%d quarantined=%d%s commit_ms=%.0f "
         "lag_ms=%s pending=%d",
         r.batch_id,
         r.rows,
         r.deleted,
         r.quarantined,
+        f" skipped={r.skipped}" if r.skipped else "",
         r.seconds * 1000,
         lag,
         applied.pending,
@@ -158,12 +159,15 @@ def start_query(
 
 
 def start_queries(
-    spark: SparkSession, config: Config, runner: BatchRunner, available_now: bool
+    spark: SparkSession,
+    config: Config,
+    runner: BatchRunner,
+    available_now: bool,
+    frame: DataFrame,
 ) -> list[StreamingQuery]:
-    """The sink's query and, for parsed formats, the parse-error query beside it."""
+    """The sink's query over ``frame`` and, for parsed formats, the parse-error query
+    beside it."""
     name = f"wal_sink_{config.sink.id}".replace("-", "_").replace(".", "_")
-    source = read_source(spark, config)
-    frame = streaming_frame(spark, config, source)
     runner.sink.check_stream_schema(frame.schema)
     queries = [
         start_query(
@@ -230,6 +234,9 @@ def run_job(
         runner = BatchRunner(sink, stop, checkpoint)
         queries: list[StreamingQuery] = []
         try:
+            frame = streaming_frame(spark, config, read_source(spark, config))
+            # The query's columns, checked against the target before the lease.
+            sink.expect_columns(frame.columns)
             recovered = sink.recover(spark, checkpoint)
             if recovered:
                 log.info(
@@ -237,7 +244,7 @@ def run_job(
                     len(recovered),
                     [r.batch_id for r in recovered],
                 )
-            queries = start_queries(spark, config, runner, available_now)
+            queries = start_queries(spark, config, runner, available_now, frame)
             while any(q.isActive for q in queries):
                 for query in queries:
                     query.awaitTermination(0.25)  # raises if the query failed

@@ -149,6 +149,7 @@ class WalSink(SinkInstance):
         pipeline = self._pipeline_for()
         self._guard_first_batch(batch_id)
         self._check_lease(batch_id)
+        self.check_columns(df.columns)
         # Backpressure: at most wal.max_pending staged batches wait for MySQL.
         pipeline.wait_for_room()
         # Step 1. Stage (None: the WAL already holds this batch; apply what it holds).
@@ -222,6 +223,7 @@ class WalSink(SinkInstance):
             metrics.rows_applied.inc(result.rows)
             metrics.rows_deleted.inc(result.deleted)
             metrics.rows_quarantined.inc(result.quarantined)
+            metrics.rows_skipped.inc(result.skipped)
             if applied.lag_ms is not None:
                 metrics.lag_seconds.observe(max(0.0, applied.lag_ms / 1000))
         metrics.last_applied_batch.set(result.batch_id)
