@@ -163,14 +163,20 @@ class AckTable:
 
     def set_aside(self, conn: Connection) -> list[int]:
         """Batches acked as quarantined (set aside whole, never applied), of the ack
-        rows kept (a purge drops those of purged batches)."""
-        return list(
-            conn.execute(
-                select(self.table.c.batch_id)
-                .where(self._mine & (self.table.c.state == QUARANTINED))
-                .order_by(self.table.c.batch_id)
-            ).scalars()
-        )
+        rows kept (a purge drops those of purged batches). An ack table from before
+        0.3, not upgraded yet, has none."""
+        try:
+            return list(
+                conn.execute(
+                    select(self.table.c.batch_id)
+                    .where(self._mine & (self.table.c.state == QUARANTINED))
+                    .order_by(self.table.c.batch_id)
+                ).scalars()
+            )
+        except DBAPIError as e:
+            if error_code(e) != UNKNOWN_COLUMN:
+                raise
+            return []
 
     def newest(self, conn: Connection) -> int | None:
         """The highest acked batch id (batches are applied in order, I8)."""
