@@ -1,8 +1,9 @@
 -- wal_sink's own tables, with the default names (mysql.ack_table, mysql.lease_table,
--- mysql.outbox_table). `wal-sink init-db` and the job create them; this file is for
--- DBAs who create tables by hand. tests/unit/test_schema.py keeps it equal to
--- wal_sink/mysql/tables.py. Upgrading from 0.1: sql/upgrade_0.2.sql, then
--- sql/upgrade_0.3.sql; from 0.2: sql/upgrade_0.3.sql.
+-- mysql.outbox_table, mysql.retry_table). `wal-sink init-db` and the job create them;
+-- this file is for DBAs who create tables by hand. tests/unit/test_schema.py keeps it
+-- equal to wal_sink/mysql/tables.py. Upgrading from 0.1: sql/upgrade_0.2.sql, then
+-- sql/upgrade_0.3.sql, then sql/upgrade_0.4.sql; from 0.2: the last two; from 0.3:
+-- sql/upgrade_0.4.sql.
 
 -- One row per applied batch, inserted first in the batch's own transaction (its
 -- primary key stops a second apply) and completed with the counts before COMMIT.
@@ -47,6 +48,21 @@ CREATE TABLE IF NOT EXISTS wal_sink_outbox (
 )ENGINE=InnoDB;
 
 CREATE INDEX IF NOT EXISTS wal_sink_outbox_sink ON wal_sink_outbox (sink_id, id);
+
+-- One row per quarantine entry `wal-sink quarantine retry` touched, written in the
+-- retry's own transaction: state 'retried' (applied, exactly once) or 'failed'
+-- (refused again, with the new reason; still open). entry_id is the entry's id in
+-- the quarantine table; retry_id names the retry transaction.
+CREATE TABLE IF NOT EXISTS wal_sink_retry (
+	sink_id VARCHAR(128) NOT NULL,
+	entry_id VARCHAR(96) NOT NULL,
+	batch_id BIGINT NOT NULL,
+	state VARCHAR(16) NOT NULL,
+	retry_id CHAR(32) NOT NULL,
+	reason TEXT,
+	retried_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (sink_id, entry_id)
+)ENGINE=InnoDB;
 
 -- With [cdc] and mysql.version_column, also a tombstone table per target (default
 -- name: the target's + "_tombstones"): a delete leaves its key and version there, so

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from functools import wraps
-from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from sqlalchemy.exc import DBAPIError
 
+from wal_sink.cli.base import EXIT_FAILED, err, out
+from wal_sink.cli.base import fail as _fail
+from wal_sink.cli.base import one_line_errors as _one_line_errors
+from wal_sink.cli.base import open_sink as _instance
+from wal_sink.cli.quarantine import quarantine as quarantine_group
 from wal_sink.cli.render import (
     applied_counts,
     ids,
@@ -29,42 +27,8 @@ from wal_sink.cli.render import (
     size,
     status_table,
 )
-from wal_sink.config import Config, load_config
 from wal_sink.durations import parse_duration
-from wal_sink.errors import ConfigError, WalSinkError
 from wal_sink.exit_status import exit_now
-from wal_sink.mysql.errors import mysql_error
-
-if TYPE_CHECKING:
-    from wal_sink.protocol.sink_instance import SinkInstance
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-
-
-def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn expected failures into one line on stderr and the contract's exit code."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ConfigError as e:
-            _fail(str(e), EXIT_USAGE)
-        except WalSinkError as e:
-            _fail(str(e), EXIT_FAILED)
-        except DBAPIError as e:
-            _fail(str(mysql_error(e)), EXIT_FAILED)
-
-    return wrapper
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -80,8 +44,9 @@ def _fail(message: str, code: int) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Log what the library does.")
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
-    """See, recover, replay, purge and inspect a wal_sink write-ahead log, and set
-    aside a batch that cannot be applied.
+    """See, recover, replay, purge and inspect a wal_sink write-ahead log, set
+    aside a batch that cannot be applied, and see, retry and export quarantined
+    records.
 
     Example: wal-sink -c conf/local.toml status
     """
@@ -90,21 +55,6 @@ def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
         format="%(levelname)s %(name)s: %(message)s",
     )
     ctx.obj = config_path
-
-
-@contextmanager
-def _instance(ctx: click.Context) -> Iterator[SinkInstance]:
-    # Imported here: delta-rs and pyarrow are not needed for --help or usage errors.
-    from wal_sink.protocol.sink_instance import SinkInstance
-
-    if ctx.obj is None:
-        raise click.UsageError("give the sink's config: -c FILE (or WAL_SINK_CONFIG)")
-    config: Config = load_config(ctx.obj)
-    instance = SinkInstance(config)
-    try:
-        yield instance
-    finally:
-        instance.close()
 
 
 @main.command("init-db")
@@ -294,6 +244,12 @@ def replay(
     help="Also delete unreferenced files (purged batches, crash leftovers).",
 )
 @click.option(
+    "--quarantine-older-than",
+    "quarantine_older_than",
+    help="Also remove quarantine entries set aside longer ago, open ones included, "
+    "e.g. '30 days'. Without it only retried entries of the purged batches go.",
+)
+@click.option(
     "--retain",
     default="1 hour",
     show_default=True,
@@ -310,23 +266,42 @@ def purge(
     dry_run: bool,
     do_vacuum: bool,
     retain: str,
+    quarantine_older_than: str | None,
 ) -> None:
     """Remove acked batches from the WAL; batches without an ack are never removed.
 
-    With [cdc] and a version column, also tombstones older than
-    cdc.tombstone_retention.
+    Retried quarantine entries of those batches go too; open ones only with
+    --quarantine-older-than. With [cdc] and a version column, also tombstones
+    older than cdc.tombstone_retention.
 
     Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
     """
-    from wal_sink.protocol.purge import check_retention, expire_tombstones, plan_purge
+    from wal_sink.protocol.purge import (
+        PurgePlan,
+        check_retention,
+        expire_tombstones,
+        plan_purge,
+    )
+    from wal_sink.protocol.quarantine_purge import (
+        execute_quarantine_purge,
+        plan_quarantine_purge,
+    )
 
-    if (before is None) == (older_than is None):
+    if (before is not None and older_than is not None) or (
+        before is None and older_than is None and quarantine_older_than is None
+    ):
         raise click.UsageError(
-            "give exactly one of --before N or --older-than DURATION"
+            "give one of --before N or --older-than DURATION, and/or "
+            "--quarantine-older-than DURATION"
         )
     try:
         age = parse_duration(older_than) if older_than is not None else None
         retain_seconds = parse_duration(retain)
+        quarantine_age = (
+            parse_duration(quarantine_older_than)
+            if quarantine_older_than is not None
+            else None
+        )
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     with _instance(ctx) as sink:
@@ -334,12 +309,15 @@ def purge(
             check_retention(sink.config.wal, retain, retain_seconds)
         if not dry_run:  # purge commits to the WAL beside a running job
             sink.claim_tables()
-        plan = plan_purge(sink, before=before, older_than=age)
         verb = "would remove" if dry_run else "removing"
-        out.print(
-            f"{verb} {len(plan.remove)} acked batch(es), {plan.rows} rows, "
-            f"{size(plan.bytes)}" + (f": {ids(plan.remove)}" if plan.remove else "")
-        )
+        if before is None and age is None:
+            plan = PurgePlan((), (), 0, 0)
+        else:
+            plan = plan_purge(sink, before=before, older_than=age)
+            out.print(
+                f"{verb} {len(plan.remove)} acked batch(es), {plan.rows} rows, "
+                f"{size(plan.bytes)}" + (f": {ids(plan.remove)}" if plan.remove else "")
+            )
         if plan.kept_unacked:
             out.print(
                 f"keeping unacked batch(es) {ids(plan.kept_unacked)}: "
@@ -351,6 +329,21 @@ def purge(
                 f"{'would remove' if dry_run else 'removed'} {expired} tombstone(s) "
                 f"older than {sink.config.cdc.tombstone_retention}"
             )
+        entries = plan_quarantine_purge(sink, plan.remove, quarantine_age)
+        if entries.entries or quarantine_age is not None:
+            out.print(
+                f"{verb} {entries.entries} quarantine entr(ies): "
+                f"{len(entries.retried)} retried of the purged batches"
+                + (
+                    f", {entries.older} set aside before {quarantine_older_than} ago "
+                    f"({entries.older_open} of them open)"
+                    if quarantine_age is not None
+                    else ""
+                )
+            )
+        if not dry_run and entries.entries:
+            dropped = execute_quarantine_purge(sink, entries)
+            out.print(f"dropped {dropped} retry row(s) of removed entries")
         if not sink.wal.exists() or (dry_run and not do_vacuum):
             return
         from wal_sink.protocol.purge import execute_purge
@@ -456,6 +449,9 @@ def config_schema_command() -> None:
     from wal_sink.config import config_schema
 
     click.echo(json.dumps(config_schema(), indent=2, sort_keys=True))
+
+
+main.add_command(quarantine_group)
 
 
 def run() -> None:

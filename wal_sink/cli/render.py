@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from wal_sink.protocol.committer import CommitResult
+from wal_sink.protocol.quarantine_entries import ListedEntry
 from wal_sink.protocol.status import SinkStatus
 from wal_sink.wal.reader import StagedBatch
 
@@ -48,6 +50,16 @@ def status_table(st: SinkStatus) -> RichTable:
             f"{st.rows_quarantined} quarantined"
             + (f" ({st.outbox_rows} on their way)" if st.outbox_rows else "")
             + (f", {st.rows_skipped} skipped as stale" if st.rows_skipped else ""),
+        ),
+        (
+            "quarantine",
+            f"{st.quarantine_open} open, {st.quarantine_retried} retried"
+            + (
+                f" ({st.quarantine_failed} of the open failed again)"
+                if st.quarantine_failed
+                else ""
+            )
+            + f", of {st.quarantine_entries} entries",
         ),
         (
             "set aside",
@@ -93,6 +105,27 @@ def quarantine_table(path: str, entries: list[dict[str, Any]]) -> RichTable:
             e["reason"],
             e["record"],
             e["recorded_at"].isoformat(timespec="seconds"),
+        )
+    return table
+
+
+def entries_table(path: str, entries: list[ListedEntry], total: int) -> RichTable:
+    """``quarantine list``: each entry's batch, kind, state, reason and when."""
+    table = RichTable(
+        title=f"quarantine {path}: {total} entries, showing {len(entries)}",
+        title_justify="left",
+    )
+    for name in ("entry", "batch", "kind", "state", "reason", "when", "record"):
+        table.add_column(name, overflow="fold")
+    for e in entries:
+        table.add_row(
+            e.entry.entry_id,
+            str(e.entry.batch_id),
+            e.kind,
+            e.state,
+            Text(e.reason),
+            e.when.isoformat(timespec="seconds"),
+            Text(e.entry.record),
         )
     return table
 

@@ -170,6 +170,9 @@ class MysqlConfig:
     outbox_table: Identifier = "wal_sink_outbox"
     """Rows set aside, written in the batch's transaction, until they reach the
     quarantine Delta table."""
+    retry_table: Identifier = "wal_sink_retry"
+    """Quarantine entries `wal-sink quarantine retry` applied, or tried and saw fail
+    again: one row per entry, written in the retry's own transaction."""
     tls: dict[
         Literal[
             "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert", "ssl_verify_identity"

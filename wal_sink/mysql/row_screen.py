@@ -45,6 +45,8 @@ MYSQL_ESCAPED = r"[\\\x00\n\r\x1a'\"]"
 """Characters MySQL's string literals escape: each takes one byte more."""
 RECORD_CUT = 1000
 """Longest text or bytes value kept in the quarantine record of an oversized row."""
+NOT_UTF8 = "text that is not UTF-8 in column(s)"
+OVER_PACKET = "more than the server's max_allowed_packet"
 
 
 def is_nested(kind: pa.DataType) -> bool:
@@ -134,13 +136,20 @@ def oversized(
     if not pc.any(over).as_py():
         return {}
     return {
-        i: f"the row's statement would take up to {size} bytes, more than the "
-        f"server's max_allowed_packet ({max_packet}); values are cut to "
+        i: f"the row's statement would take up to {size} bytes, {OVER_PACKET} "
+        f"({max_packet}); values are cut to "
         f"{RECORD_CUT} characters in this record, and the whole row stays in the "
         "WAL until its batch is purged (wal-sink inspect)"
         for i, (size, is_over) in enumerate(zip(sizes.to_pylist(), over.to_pylist()))
         if is_over
     }
+
+
+def record_is_partial(reason: str) -> bool:
+    """Whether the quarantine record of a row set aside for ``reason`` holds less
+    than the row: values cut (an oversized row) or bytes shown in hex (text that is
+    not UTF-8). The whole row stays in the WAL until its batch is purged."""
+    return reason.startswith(NOT_UTF8) or OVER_PACKET in reason
 
 
 def row_record(
@@ -223,8 +232,8 @@ def _python_values(column: pa.Array, name: str, bad: dict[int, list[str]]) -> li
 
 def _invalid_utf8_reasons(bad: dict[int, list[str]]) -> dict[int, str]:
     return {
-        i: f"text that is not UTF-8 in column(s) {', '.join(names)} (its bytes are "
-        "shown in hex); MySQL's utf8mb4 cannot store it"
+        i: f"{NOT_UTF8} {', '.join(names)} (its bytes are shown in hex); MySQL's "
+        "utf8mb4 cannot store it"
         for i, names in bad.items()
     }
 

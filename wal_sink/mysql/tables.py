@@ -1,5 +1,6 @@
-"""The sink's own MySQL tables: acks (what is applied), leases (who may apply) and
-the quarantine outbox (rows set aside, on their way to the quarantine table).
+"""The sink's own MySQL tables: acks (what is applied), leases (who may apply), the
+quarantine outbox (rows set aside, on their way to the quarantine table) and the
+retry table (quarantine entries a retry applied, or tried and failed).
 
 ``sql/wal_sink_tables.sql`` is the same DDL for DBAs; a unit test keeps the two equal.
 """
@@ -29,6 +30,7 @@ from wal_sink.mysql.errors import error_code
 
 SINK_ID_LENGTH = 128
 APPLY_ID_LENGTH = 32
+ENTRY_ID_LENGTH = 96
 ACCESS_DENIED = frozenset({1142, 1143, 1044, 1045})
 APPLIED = "applied"
 QUARANTINED = "quarantined"
@@ -48,6 +50,7 @@ class SinkTables:
     ack: Table
     lease: Table
     outbox: Table
+    retry: Table
 
 
 def sink_tables(mysql: MysqlConfig) -> SinkTables:
@@ -90,14 +93,33 @@ def sink_tables(mysql: MysqlConfig) -> SinkTables:
         Index(f"{mysql.outbox_table}_sink", "sink_id", "id"),
         mysql_engine="InnoDB",
     )
-    return SinkTables(ack, lease, outbox)
+    retry = Table(
+        mysql.retry_table,
+        metadata,
+        Column("sink_id", String(SINK_ID_LENGTH), primary_key=True),
+        Column("entry_id", String(ENTRY_ID_LENGTH), primary_key=True),
+        Column("batch_id", BigInteger, nullable=False),
+        Column("state", String(16), nullable=False),
+        Column("retry_id", CHAR(APPLY_ID_LENGTH), nullable=False),
+        Column("reason", Text),
+        Column("retried_at", DATETIME(fsp=6), nullable=False),
+        mysql_engine="InnoDB",
+    )
+    return SinkTables(ack, lease, outbox, retry)
 
 
 def init_db(engine: Engine, mysql: MysqlConfig) -> None:
     """Create the sink's tables if they do not exist (idempotent), and add the ack
-    columns of later versions to an ack table an earlier one created."""
+    columns of later versions to an ack table an earlier one created.
+
+    Raises:
+        ConfigError: a table or column of a later version is missing and this user
+            may not add it (it names the upgrade script).
+    """
     tables = sink_tables(mysql)
-    tables.ack.metadata.create_all(engine, checkfirst=True)
+    metadata = tables.ack.metadata
+    metadata.create_all(engine, [tables.ack, tables.lease, tables.outbox])
+    _create_retry_table(engine, tables.retry)
     with engine.connect() as conn:
         columns = {c["name"] for c in inspect(conn).get_columns(tables.ack.name)}
     name = engine.dialect.identifier_preparer.quote(tables.ack.name)
@@ -115,3 +137,18 @@ def init_db(engine: Engine, mysql: MysqlConfig) -> None:
                 f"{version}) and this user may not add it ({first_line(e.orig)}): "
                 f"run sql/upgrade_{version}.sql as a user allowed to ALTER it"
             ) from None
+
+
+def _create_retry_table(engine: Engine, retry: Table) -> None:
+    """The retry table (0.4), or one line naming the upgrade script when this user
+    may not create it."""
+    try:
+        retry.create(engine, checkfirst=True)
+    except DBAPIError as e:
+        if error_code(e) not in ACCESS_DENIED:
+            raise
+        raise ConfigError(
+            f"the retry table {retry.name} (added in 0.4) does not exist and this "
+            f"user may not create it ({first_line(e.orig)}): run sql/upgrade_0.4.sql "
+            "as a user allowed to CREATE it"
+        ) from None

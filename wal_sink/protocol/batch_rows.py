@@ -87,15 +87,24 @@ class RowApplier:
     ) -> tuple[int, int, int, list[Entry]]:
         """Apply the batch in staged order; return (upserted, deleted, skipped as
         stale, set aside)."""
+        chunks = self.wal.read_batch(batch, self.config.wal.chunk_rows)
+        return self.apply_chunks(conn, chunks, batch.rows, on_chunk)
+
+    def apply_chunks(
+        self,
+        conn: Connection,
+        chunks: Iterator[pa.RecordBatch],
+        total: int,
+        on_chunk: ChunkCallback | None = None,
+    ) -> tuple[int, int, int, list[Entry]]:
+        """Apply ``chunks`` (``total`` rows, the stream's columns) in order, as a
+        staged batch's; return (upserted, deleted, skipped as stale, set aside)."""
         cdc = self.config.cdc
         self._render = renders_exactly(conn, self.sink_id)
         rows = deleted = skipped = done = 0
         bad: list[Entry] = []
         chunk_rows = self.config.wal.chunk_rows
-        chunks = map(
-            self._screened(conn),
-            _coalesced(self.wal.read_batch(batch, chunk_rows), chunk_rows),
-        )
+        chunks = map(self._screened(conn), _coalesced(chunks, chunk_rows))
         for screened, rendered in prefetched(
             chunks, self._render_ahead, self._prefetch
         ):
@@ -120,7 +129,7 @@ class RowApplier:
                     deleted += removed
             done += screened.read
             if on_chunk is not None:
-                on_chunk(done, batch.rows)
+                on_chunk(done, total)
         return rows, deleted, skipped, bad
 
     def _pieces(
@@ -146,17 +155,19 @@ class RowApplier:
         returns (upserted, deleted)."""
         mysql, cdc = self.config.mysql, self.config.cdc
         rows = deleted = 0
-        for is_delete, run in _runs(
+        for is_delete, run, ops in _runs(
             values,
             cdc.op_column if cdc else None,
             cdc.delete_values if cdc else (),
         ):
+            before = len(bad)
             run = _drop_null_keys(run, mysql.key, bad)
             if is_delete:
                 by = mysql.key
                 if found.versioned is not None:  # tombstones: versioned_cdc.py
                     by = (*by, found.versioned.version)
                 params = [{k: r[k] for k in by} for r in run]
+                ops.update({id(p): ops[id(r)] for p, r in zip(params, run)})
                 deleted += _isolating(conn, found.delete, params, bad)
             else:
                 rows += _isolating(
@@ -166,6 +177,15 @@ class RowApplier:
                     bad,
                     self._upsert_refused,
                 )
+            if cdc and len(bad) > before:  # set-aside records keep their op
+                run_op = cdc.delete_values[0] if is_delete else None
+                bad[before:] = [
+                    Entry(
+                        {**e.record, cdc.op_column: ops.get(id(e.record), run_op)},
+                        e.reason,
+                    )
+                    for e in bad[before:]
+                ]
         return rows, deleted
 
     def _screened(self, conn: Connection) -> Screen:
@@ -360,23 +380,26 @@ def prefetched(
 
 def _runs(
     rows: list[dict[str, Any]], op_column: str | None, delete_values: tuple[str, ...]
-) -> Iterator[tuple[bool, list[dict[str, Any]]]]:
+) -> Iterator[tuple[bool, list[dict[str, Any]], dict[int, Any]]]:
     """Split a chunk's rows into consecutive runs of upserts and deletes, order
-    kept."""
+    kept; the op column leaves each row, its value kept by the row's ``id``."""
     if op_column is None:
-        yield False, rows
+        yield False, rows, {}
         return
     run: list[dict[str, Any]] = []
+    ops: dict[int, Any] = {}
     run_is_delete = False
     for row in rows:
-        is_delete = row.pop(op_column) in delete_values
+        op = row.pop(op_column)
+        is_delete = op in delete_values
         if run and is_delete != run_is_delete:
-            yield run_is_delete, run
-            run = []
+            yield run_is_delete, run, ops
+            run, ops = [], {}
         run_is_delete = is_delete
         run.append(row)
+        ops[id(row)] = op
     if run:
-        yield run_is_delete, run
+        yield run_is_delete, run, ops
 
 
 def _python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:

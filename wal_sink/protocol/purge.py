@@ -88,6 +88,8 @@ def check_retention(wal: WalConfig, retain: str, retain_seconds: float) -> None:
             "still writing has files younger than itself, which vacuum would delete "
             "before its commit points at them; keep --retain above your slowest stage"
         )
+
+
 def expire_tombstones(sink: SinkInstance, dry_run: bool = False) -> int | None:
     """Remove (or with ``dry_run`` count) the sink's tombstones older than
     ``cdc.tombstone_retention``; None when the sink keeps no tombstones."""

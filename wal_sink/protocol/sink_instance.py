@@ -21,11 +21,13 @@ from wal_sink.mysql.acks import AckTable
 from wal_sink.mysql.engine import make_engine
 from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.mysql.preflight import preflight
+from wal_sink.mysql.retry_state import RetryStates
 from wal_sink.mysql.tables import init_db, sink_tables
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.tombstones import Tombstones
 from wal_sink.mysql.unique_keys import refuse_unique_conflicts
 from wal_sink.protocol.committer import CommitResult, Committer
+from wal_sink.protocol.quarantine_entries import quarantine_counts
 from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
 from wal_sink.wal.conditional_put import check_conditional_put
@@ -66,6 +68,8 @@ class SinkInstance:
         )
         self.tables = sink_tables(config.mysql)
         self.acks = AckTable(self.tables.ack, config.sink.id)
+        self.retries = RetryStates(self.tables.retry, config.sink.id)
+        """What ``wal-sink quarantine retry`` did with quarantine entries."""
         self.stop = stop or threading.Event()
         """Set to give up waiting on MySQL at once (a second SIGTERM)."""
         self.committer: Committer | None = None
@@ -202,10 +206,16 @@ class SinkInstance:
         )
         self.metrics.lease_epoch.set(epoch)
         self.metrics.batches_quarantined.set(len(set_aside))
+        self.metrics.follow_quarantine(self._quarantine_counts)
         self.metrics.lease_held.set(1)
         return Committer(
             self.config, self.engine, self.wal, epoch, self.stop, self.metrics
         )
+
+    def _quarantine_counts(self) -> tuple[int, int]:
+        """Open and retried quarantine entries (for the metrics)."""
+        counts = quarantine_counts(self.engine, self.quarantine, self.retries)
+        return counts.open, counts.retried
 
     def recover(self) -> list[CommitResult]:
         """Apply every staged batch without an ack, in order."""
