@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
@@ -323,3 +324,78 @@ def test_quarantine_list_and_export_need_the_sinks_own_files(db, tmp_path):
         2,
         f"error: cannot write {nowhere}: No such file or directory\n",
     )
+
+
+def test_entries_written_before_entry_ids_get_stable_ones_and_retry_once(
+    spark, db, tmp_path
+):
+    """A quarantine table of 0.3 (no entry_id): two identical entries are two
+    entries, each retried once; the table gains the new columns on its next write."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from wal_sink.wal.quarantine import SCHEMA as NOW
+
+    items_table(db)
+    config = write_config(tmp_path, db, "old")
+    apply_batches(spark, config, [("a", "ok", Decimal(1), 1)])  # the sink's tables
+    old = pa.schema([f for f in NOW if f.name not in ("entry_id", "entry_seq")])
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    entry = {
+        "sink_id": "old",
+        "batch_id": 0,
+        "reason": "MySQL error 1406: (1406, \"Data too long for column 'note'\")",
+        "record": json.dumps({"k": "a", "note": "too long", "amount": "2.5"}),
+        "recorded_at": when,
+        "apply_id": "0" * 32,
+    }
+    write_deltalake(
+        str(tmp_path / "wal_old_quarantine"),
+        pa.Table.from_pylist([entry, entry], schema=old),
+    )
+    first = listed(config)
+    assert [e["entry_id"].split("/")[0] for e in first] == ["legacy", "legacy"]
+    assert len({e["entry_id"] for e in first}) == 2
+    db.execute("ALTER TABLE retry_items MODIFY note VARCHAR(16)")
+    r = cli(config, "quarantine", "retry", "--yes")
+    assert r.returncode == 0 and "batch 0: 2 applied" in r.stdout, r.stderr
+    assert items(db) == {"a": ("too long", Decimal("6.00"), 1)}
+    # A new entry evolves the table; the old ones keep their ids and state.
+    apply_batches(spark, config, [("b", "longer than sixteen", Decimal(1), 1)])
+    after = {e["entry_id"]: e["state"] for e in listed(config)}
+    assert {i: after[i] for i in (e["entry_id"] for e in first)} == {
+        e["entry_id"]: "retried" for e in first
+    }
+    (new,) = [i for i in after if not i.startswith("legacy/")]
+    assert after[new] == "open"
+    r = cli(config, "quarantine", "retry", "--yes")
+    assert r.returncode == 1 and "batch 1: 0 applied, 1 failed again" in r.stdout
+    assert items(db)["a"] == ("too long", Decimal("6.00"), 1)
+
+
+def test_a_batch_set_aside_whole_is_applied_once_its_column_exists(spark, db, tmp_path):
+    """`quarantine-batch` rows (records as staged: zoned times, decimals) come back
+    through a retry once the target has the column the batch needed."""
+    items_table(db)
+    config = write_config(tmp_path, db, "whole")
+    instance = SinkInstance(load_config(config))
+    instance.start()
+    at = datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
+    stage(
+        spark.createDataFrame(
+            [("a", "n", Decimal("1.25"), 1, at), ("b", None, Decimal(2), 2, None)],
+            SCHEMA + ", at TIMESTAMP",
+        ).coalesce(1),
+        instance.writer,
+        0,
+    )
+    instance.close()
+    r = cli(config, "quarantine-batch", "0", "--yes")
+    assert r.returncode == 0, r.stderr
+    db.execute("ALTER TABLE retry_items ADD COLUMN at DATETIME(6)")
+    r = cli(config, "quarantine", "retry", "--yes")
+    assert r.returncode == 0 and "batch 0: 2 applied" in r.stdout, r.stderr
+    assert db.rows("SELECT k, note, amount, seq, at FROM retry_items ORDER BY k") == [
+        ("a", "n", Decimal("1.25"), 1, at.replace(tzinfo=None)),
+        ("b", None, Decimal("2.00"), 2, None),
+    ]
