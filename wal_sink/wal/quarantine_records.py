@@ -13,7 +13,7 @@ from __future__ import annotations
 import binascii
 import json
 from collections.abc import Iterable, Iterator
-from datetime import date, datetime, time, timezone
+from datetime import date, datetime, time
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -110,12 +110,9 @@ def _value(value: Any, kind: pa.DataType) -> Any:
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return bytes.fromhex(_checked(value, str))
     if pa.types.is_timestamp(kind):
-        stamp = datetime.fromisoformat(_checked(value, str))
-        if kind.tz is not None and stamp.tzinfo is None:
-            return stamp.replace(tzinfo=timezone.utc)  # the driver path's naive UTC
-        if kind.tz is None and stamp.tzinfo is not None:
-            return stamp.astimezone(timezone.utc).replace(tzinfo=None)
-        return stamp
+        # Arrow takes a naive time (the driver path's, in UTC) as UTC in a zoned
+        # column, and a zoned one at UTC in a naive column.
+        return datetime.fromisoformat(_checked(value, str))
     if pa.types.is_date(kind):
         return date.fromisoformat(_checked(value, str))
     if pa.types.is_time(kind):
