@@ -399,3 +399,29 @@ def test_a_batch_set_aside_whole_is_applied_once_its_column_exists(spark, db, tm
         ("a", "n", Decimal("1.25"), 1, at.replace(tzinfo=None)),
         ("b", None, Decimal("2.00"), 2, None),
     ]
+
+
+def test_entries_of_a_batch_replayed_since_are_not_retried(spark, db, tmp_path):
+    """`replay --force` of a batch set aside whole applies its rows from the WAL:
+    its earlier entries are superseded, and a retry leaves them alone."""
+    items_table(db)
+    config = write_config(tmp_path, db, "replayed")
+    instance = SinkInstance(load_config(config))
+    instance.start()
+    stage(
+        spark.createDataFrame(
+            [("a", "n", Decimal(1), 1, None)], SCHEMA + ", at TIMESTAMP"
+        ),
+        instance.writer,
+        0,
+    )
+    instance.close()
+    assert cli(config, "quarantine-batch", "0", "--yes").returncode == 0
+    db.execute("ALTER TABLE retry_items ADD COLUMN at DATETIME(6)")
+    r = cli(config, "replay", "--from", "0", "--to", "0", "--force", "--yes")
+    assert r.returncode == 0, r.stderr
+    assert [e["kind"] for e in listed(config)] == ["superseded"]
+    r = cli(config, "quarantine", "retry", "--yes")
+    assert r.returncode == 0, r.stderr
+    assert "not retrying 1 record(s): its batch was applied again since" in r.stdout
+    assert items(db) == {"a": ("n", Decimal(1), 1)}

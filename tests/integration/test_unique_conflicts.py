@@ -24,7 +24,7 @@ from wal_sink.wal.quarantine import Quarantine
 from wal_sink.wal.writer import WalWriter
 
 SCHEMA = "id BIGINT, email STRING, visits DECIMAL(12,2)"
-SINK_TABLES = ("wal_sink_ack", "wal_sink_lease", "wal_sink_outbox")
+SINK_TABLES = ("wal_sink_ack", "wal_sink_lease", "wal_sink_outbox", "wal_sink_retry")
 
 
 @pytest.fixture

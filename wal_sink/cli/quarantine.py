@@ -78,6 +78,7 @@ def list_command(
             sink.engine,
             sink.quarantine,
             sink.retries,
+            sink.acks,
             batch_id=batch_id,
             reason=reason,
         )
@@ -189,6 +190,7 @@ def export(
             sink.engine,
             sink.quarantine,
             sink.retries,
+            sink.acks,
             batch_id=batch_id,
             reason=reason,
         )

@@ -102,8 +102,8 @@ def quarantine_table(path: str, entries: list[dict[str, Any]]) -> RichTable:
     for e in entries:
         table.add_row(
             str(e["batch_id"]),
-            e["reason"],
-            e["record"],
+            Text(e["reason"]),
+            Text(e["record"]),
             e["recorded_at"].isoformat(timespec="seconds"),
         )
     return table

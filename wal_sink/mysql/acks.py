@@ -151,6 +151,23 @@ class AckTable:
             ).scalars()
         )
 
+    def apply_ids(
+        self, conn: Connection, first: int, last: int
+    ) -> dict[int, str | None]:
+        """The apply that wrote each ack in ``first``..``last`` (a plain read); none
+        from an ack table of 0.1 not upgraded yet."""
+        c = self.table.c
+        try:
+            return dict(
+                conn.execute(
+                    select(c.batch_id, c.apply_id).where(self._between(first, last))
+                ).all()
+            )
+        except DBAPIError as e:
+            if error_code(e) != UNKNOWN_COLUMN:
+                raise
+            return {}
+
     def committed_at(
         self, conn: Connection, first: int, last: int
     ) -> dict[int, datetime]:

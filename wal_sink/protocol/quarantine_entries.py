@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from wal_sink.config import Config
+from wal_sink.mysql.acks import AckTable
 from wal_sink.mysql.retry_state import FAILED, RETRIED, RetryState, RetryStates
 from wal_sink.mysql.row_screen import record_is_partial
 from wal_sink.wal.quarantine import Quarantine, StoredEntry
@@ -31,6 +32,9 @@ PARTIAL_ROW = "partial_row"
 """A row whose record holds less than the row (values cut, bytes shown in hex)."""
 ROW_WITHOUT_OP = "row_without_op"
 """A CDC row set aside before 0.4 without its op column: delete or upsert unknown."""
+SUPERSEDED = "superseded"
+"""A row of a batch applied again since (``replay --force``), which applied it, or
+set it aside anew, itself: retrying this entry too would apply it twice."""
 WHY_NOT = {
     RAW_TEXT: "raw text Spark could not parse: no row to apply; `wal-sink "
     "quarantine export` writes it for fixing and landing again",
@@ -39,6 +43,8 @@ WHY_NOT = {
     "inspect N`)",
     ROW_WITHOUT_OP: "set aside without its op column (wal_sink 0.3 or earlier), so "
     "whether it deletes is unknown; `wal-sink quarantine export` writes it",
+    SUPERSEDED: "its batch was applied again since (`replay --force`), which "
+    "applied the row or set it aside anew: retrying it would apply it twice",
 }
 """Why an entry of each kind but ROW is not retried."""
 
@@ -103,9 +109,14 @@ class QuarantineCounts:
         return max(0, self.entries - self.retried)
 
 
-def kind_of(entry: StoredEntry, config: Config) -> str:
+def kind_of(entry: StoredEntry, config: Config, acked_by: dict[int, str | None]) -> str:
+    """What the entry is; ``acked_by`` maps batches to the apply their ack row
+    names (a batch whose ack row was purged is not in it)."""
     if entry.from_parse_errors:
         return RAW_TEXT
+    applied_by = acked_by.get(entry.batch_id)
+    if entry.apply_id is not None and applied_by not in (None, entry.apply_id):
+        return SUPERSEDED
     if record_is_partial(entry.reason):
         return PARTIAL_ROW
     if config.cdc is not None and config.cdc.op_column not in json.loads(entry.record):
@@ -118,6 +129,7 @@ def list_entries(
     engine: Engine,
     quarantine: Quarantine,
     states: RetryStates,
+    acks: AckTable,
     *,
     batch_id: int | None = None,
     reason: str | None = None,
@@ -128,8 +140,11 @@ def list_entries(
     entries = quarantine.entries(batch_id)
     with engine.connect() as conn:
         found = states.of(conn, [e.entry_id for e in entries])
+        batches = [e.batch_id for e in entries if e.apply_id is not None]
+        acked_by = acks.apply_ids(conn, min(batches), max(batches)) if batches else {}
     listed = [
-        ListedEntry(e, kind_of(e, config), found.get(e.entry_id)) for e in entries
+        ListedEntry(e, kind_of(e, config, acked_by), found.get(e.entry_id))
+        for e in entries
     ]
     if reason is not None:
         wanted = reason.casefold()

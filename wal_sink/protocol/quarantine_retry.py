@@ -95,6 +95,7 @@ def plan_retry(
         sink.engine,
         sink.quarantine,
         sink.retries,
+        sink.acks,
         batch_id=batch_id,
         reason=reason,
     )
