@@ -347,7 +347,9 @@ def test_entries_written_before_entry_ids_get_stable_ones_and_retry_once(
         "reason": "MySQL error 1406: (1406, \"Data too long for column 'note'\")",
         "record": json.dumps({"k": "a", "note": "too long", "amount": "2.5"}),
         "recorded_at": when,
-        "apply_id": "0" * 32,
+        "apply_id": db.rows(
+            "SELECT apply_id FROM wal_sink_ack WHERE sink_id = 'old' AND batch_id = 0"
+        )[0][0],
     }
     write_deltalake(
         str(tmp_path / "wal_old_quarantine"),

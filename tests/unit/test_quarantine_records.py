@@ -102,12 +102,13 @@ def test_consecutive_rows_of_one_schema_share_a_chunk_in_order():
         typed_row({"k": "c"}, COLUMNS),
         typed_row({"k": "d", "n": 4}, COLUMNS),
     ]
-    found = [c.to_pylist() for c in chunks(rows)]
+    found = [c.to_pylist() for c in chunks(rows, 10)]
     assert found == [
         [{"k": "a", "n": 1}, {"k": "b", "n": 2}],
         [{"k": "c"}],
         [{"k": "d", "n": 4}],
     ]
+    assert [c.num_rows for c in chunks(rows[:2] * 3, 4)] == [4, 2]
 
 
 def test_records_of_rows_cut_or_shown_in_hex_are_partial():

@@ -121,14 +121,14 @@ def retry(
         plan = plan_retry(sink, batch_id=batch_id, reason=reason)
         batches = tuple(b for b, _ in plan.batches)
         verb = "would retry" if dry_run else "retrying"
-        out.print(
+        say(
             f"{verb} {plan.entries} open record(s) of {len(batches)} batch(es)"
             + (f": {ids(batches)}" if batches else "")
         )
         for kind, count in sorted(plan.not_retried.items()):
-            out.print(f"not retrying {count} record(s): {WHY_NOT[kind]}")
+            say(f"not retrying {count} record(s): {WHY_NOT[kind]}")
         if plan.retried_before:
-            out.print(f"{plan.retried_before} selected record(s) were retried before")
+            say(f"{plan.retried_before} selected record(s) were retried before")
         if dry_run or not plan.entries:
             return
         table = sink.config.mysql.table
@@ -139,7 +139,7 @@ def retry(
         results = run_retry(sink, plan)
     failed: dict[str, str] = {}
     for r in results:
-        out.print(
+        say(
             f"batch {r.batch_id}: {r.applied} applied"
             + (f" ({r.stale} stale: a newer delete)" if r.stale else "")
             + f", {len(r.failed)} failed again"
@@ -151,7 +151,7 @@ def retry(
         )
         failed.update(r.failed)
     for entry_id, why in list(failed.items())[:20]:
-        err.print(f"  {entry_id}: {why}", markup=False)
+        err.print(f"  {entry_id}: {why}", markup=False, soft_wrap=True)
     if failed:
         fail(
             f"{len(failed)} record(s) were refused again and stay open with their new "
@@ -209,10 +209,12 @@ def export(
     except OSError as e:
         fail(f"cannot write {path}: {e.strerror}", EXIT_USAGE)
     raw = sum(e.is_open and e.kind == RAW_TEXT for e in listed)
-    out.print(
-        f"exported {len(lines)} open record(s) to {path} ({raw} raw text)",
-        markup=False,
-    )
+    say(f"exported {len(lines)} open record(s) to {path} ({raw} raw text)")
+
+
+def say(line: str) -> None:
+    """One line on stdout, as written: no markup, no wrapping (scripts read it)."""
+    out.print(line, markup=False, soft_wrap=True)
 
 
 def _write_whole(path: Path, text: str) -> None:

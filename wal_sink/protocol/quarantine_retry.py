@@ -11,9 +11,9 @@ batch (committer.py):
    a lost COMMIT reply — is skipped. It waits for a retry still committing them.
 3. Apply the rest through the committer's own row path (merge policies, the version
    guard, CDC deletes and tombstones, the guard against reaching another row), all
-   at once under a savepoint; when any is refused again, that is rolled back and
-   each entry is applied alone under a savepoint of its own, so exactly the refused
-   ones stay out.
+   at once under a savepoint; when any is refused again, that is rolled back and the
+   entries are bisected, each half under a savepoint of its own, so that exactly
+   the refused ones stay out.
 4. Record each entry ``retried`` or ``failed`` (with its new reason) in the retry
    table, and COMMIT: an entry's effect and its retry row are one fact, so ``add``
    columns add once whatever crashes.
@@ -51,6 +51,7 @@ from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.quarantine import StoredEntry
 from wal_sink.wal.quarantine_records import (
     RecordTypeError,
+    TypedRow,
     chunks,
     typed_row,
     wal_columns,
@@ -196,28 +197,37 @@ class QuarantineRetry:
                 typed.append((e, typed_row(json.loads(e.record), self.columns)))
             except RecordTypeError as err:
                 failed[e.entry_id] = f"its record cannot be read back: {err}"
+        applied, stale = self._isolating(conn, typed, failed)
+        return applied, failed, stale
+
+    def _isolating(
+        self,
+        conn: Connection,
+        typed: list[tuple[StoredEntry, TypedRow]],
+        failed: dict[str, str],
+    ) -> tuple[list[str], int]:
+        """Apply ``typed`` in order under a savepoint; when any is refused again,
+        roll back and bisect, so that exactly the refused ones (added to ``failed``)
+        stay out. Returns the entries applied and how many were stale."""
         if not typed:
-            return [], failed, 0
-        together = conn.begin_nested()
+            return [], 0
+        savepoint = conn.begin_nested()
         _, _, stale, bad = self.rows.apply_chunks(
-            conn, chunks(row for _, row in typed), len(typed)
+            conn,
+            chunks((row for _, row in typed), self.config.wal.chunk_rows),
+            len(typed),
         )
         if not bad:
-            together.commit()
-            return [e.entry_id for e, _ in typed], failed, stale
-        together.rollback()
-        applied, stale = [], 0
-        for e, row in typed:
-            alone = conn.begin_nested()
-            _, _, skipped, bad = self.rows.apply_chunks(conn, chunks([row]), 1)
-            if bad:
-                alone.rollback()
-                failed[e.entry_id] = bad[0].reason
-            else:
-                alone.commit()
-                applied.append(e.entry_id)
-                stale += skipped
-        return applied, failed, stale
+            savepoint.commit()
+            return [e.entry_id for e, _ in typed], stale
+        savepoint.rollback()
+        if len(typed) == 1:
+            failed[typed[0][0].entry_id] = bad[0].reason
+            return [], 0
+        middle = len(typed) // 2
+        first, first_stale = self._isolating(conn, typed[:middle], failed)
+        second, second_stale = self._isolating(conn, typed[middle:], failed)
+        return first + second, first_stale + second_stale
 
 
 def run_retry(

@@ -21,6 +21,9 @@ import pyarrow as pa
 
 from wal_sink.wal.reader import WAL_COLUMNS, WalReader
 
+TypedRow = tuple[pa.Schema, dict[str, Any]]
+"""A row's schema and its values."""
+
 
 class RecordTypeError(ValueError):
     """A record's value cannot be read back as its column's type (one line)."""
@@ -36,9 +39,7 @@ def wal_columns(wal: WalReader) -> dict[str, pa.DataType]:
     return {f.name: f.type for f in schema if f.name not in WAL_COLUMNS}
 
 
-def typed_row(
-    record: dict[str, Any], columns: dict[str, pa.DataType]
-) -> tuple[pa.Schema, dict[str, Any]]:
+def typed_row(record: dict[str, Any], columns: dict[str, pa.DataType]) -> TypedRow:
     """The record's values as its columns' types, and the schema of the row.
 
     Raises:
@@ -65,14 +66,13 @@ def typed_row(
     return pa.schema(fields), values
 
 
-def chunks(
-    rows: Iterable[tuple[pa.Schema, dict[str, Any]]],
-) -> Iterator[pa.RecordBatch]:
-    """Consecutive rows of one schema as one record batch, in order."""
+def chunks(rows: Iterable[TypedRow], most: int) -> Iterator[pa.RecordBatch]:
+    """Consecutive rows of one schema as record batches of at most ``most`` rows,
+    in order."""
     held: list[dict[str, Any]] = []
     schema: pa.Schema | None = None
     for row_schema, values in rows:
-        if held and not row_schema.equals(schema):
+        if held and (len(held) >= most or not row_schema.equals(schema)):
             yield pa.RecordBatch.from_pylist(held, schema=schema)
             held = []
         schema = row_schema
