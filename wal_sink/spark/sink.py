@@ -34,7 +34,7 @@ from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
 from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.protocol.committer import CommitResult
-from wal_sink.protocol.pipeline import Applied, Handoff, Pipeline
+from wal_sink.protocol.pipeline import Applied, Handoff, Pipeline, record_applied
 from wal_sink.protocol.recovery import check_checkpoint
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.checkpoint import batch_timestamp_ms, last_planned_batch
@@ -191,16 +191,7 @@ class WalSink(SinkInstance):
 
     def _applied(self, applied: Applied) -> None:
         """The committer finished a batch: metrics, then the caller's callback."""
-        result, metrics = applied.result, self.metrics
-        if result.applied:
-            metrics.batches_applied.inc()
-            metrics.rows_applied.inc(result.rows)
-            metrics.rows_deleted.inc(result.deleted)
-            metrics.rows_quarantined.inc(result.quarantined)
-            if applied.lag_ms is not None:
-                metrics.lag_seconds.observe(max(0.0, applied.lag_ms / 1000))
-        metrics.last_applied_batch.set(result.batch_id)
-        metrics.batches_pending.set(applied.pending)
+        record_applied(self.metrics, applied)
         if self.on_applied is not None:
             self.on_applied(applied)
 

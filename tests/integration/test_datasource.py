@@ -1,0 +1,131 @@
+"""``df.writeStream.format("wal_sink")`` in classic Spark, with the follower applying
+behind it: found without a register call, exact totals with an ``add`` column, one
+writer epoch per query run (what fencing relies on), a reset checkpoint refused."""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.errors import StreamingQueryException
+
+from tests.integration.test_invariants import SCHEMA, write_landing
+from wal_sink.config import load_config
+from wal_sink.protocol.follower import Follower
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.wal.applied_position import AppliedPosition
+
+
+def write_config(path: Path, db, tmp: Path, sink_id: str, extra: str = "") -> Path:
+    path.write_text(f"""
+[sink]
+id = "{sink_id}"
+
+[wal]
+path = "{tmp / "wal"}"
+max_pending = 2
+
+[mysql]
+url = "{db.url}"
+table = "ds_totals"
+key = ["k"]
+merge = {{ amount = "add" }}
+{extra}
+""")
+    return path
+
+
+@pytest.fixture
+def target(db):
+    for t in ("ds_totals", "wal_sink_ack", "wal_sink_lease", "wal_sink_outbox"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        "CREATE TABLE ds_totals (k VARCHAR(32) PRIMARY KEY, amount DECIMAL(14,2), "
+        "seq BIGINT) ENGINE=InnoDB"
+    )
+    return lambda: dict(db.rows("SELECT k, amount FROM ds_totals"))
+
+
+class FollowerThread:
+    """``wal-sink follow``'s loop in a thread of the test."""
+
+    def __init__(self, config_path: Path) -> None:
+        self.follower = Follower(SinkInstance(load_config(config_path)))
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.follower.run()
+        except BaseException as e:
+            self.failure = e
+
+    def drain(self) -> None:
+        self.follower.stop(drain=True)
+        self.thread.join(120)
+        assert not self.thread.is_alive()
+        if self.failure:
+            raise self.failure
+        self.follower.instance.close()
+
+
+def stream(spark, config: Path, landing: Path, checkpoint: Path) -> None:
+    query = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(landing))
+        .writeStream.format("wal_sink")  # no register call: pyspark_wal_sink
+        .option("config", str(config))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def test_format_wal_sink_with_the_follower_lands_exactly_once(
+    spark, db, target, tmp_path
+):
+    config = write_config(tmp_path / "ds.toml", db, tmp_path, "ds")
+    landing = tmp_path / "landing"
+    first = [[("a", "1.50", 1), ("b", "2.00", 1)], [("a", "3.25", 2)]] * 3
+    expected = write_landing(landing, first)
+    follower = FollowerThread(config)
+    stream(spark, config, landing, tmp_path / "cp")
+    follower.drain()
+    assert target() == expected
+    acks = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
+    assert acks == list(range(6))
+    assert AppliedPosition(str(tmp_path / "wal")).read() == 5
+    wal = DeltaTable(str(tmp_path / "wal"))
+    assert wal.transaction_version("ds:writer") == 1, "one epoch for the whole run"
+
+    # The next run of the query takes a new epoch; its batches add exactly once.
+    more = [[("b", "0.25", 3)], [("c", "9.00", 4)]]
+    (landing / "more").mkdir()
+    for k, v in write_landing(landing / "more", more).items():
+        expected[k] = expected.get(k, Decimal(0)) + v
+    for f in sorted((landing / "more").iterdir()):
+        f.rename(landing / f"z{f.name}")
+    follower = FollowerThread(config)
+    stream(spark, config, landing, tmp_path / "cp")
+    follower.drain()
+    assert target() == expected
+    assert DeltaTable(str(tmp_path / "wal")).transaction_version("ds:writer") == 2
+
+
+def test_a_reset_checkpoint_is_refused_by_the_data_source(spark, db, target, tmp_path):
+    config = write_config(tmp_path / "reset.toml", db, tmp_path, "reset")
+    landing = tmp_path / "landing"
+    expected = write_landing(landing, [[("a", "1.00", 1)], [("b", "2.00", 2)]])
+    follower = FollowerThread(config)
+    stream(spark, config, landing, tmp_path / "cp")
+    follower.drain()
+    with pytest.raises(StreamingQueryException, match="reset or replaced"):
+        stream(spark, config, landing, tmp_path / "new-checkpoint")
+    assert DeltaTable(str(tmp_path / "wal")).transaction_version("reset") == 1
+    assert target() == expected
