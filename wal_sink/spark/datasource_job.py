@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from wal_sink import errors
 from wal_sink.config import Config
@@ -46,8 +46,9 @@ class FollowerFailed(WalSinkError):
 
 
 class DataSourcePath:
-    def __init__(self, config: Config, config_path: str) -> None:
+    def __init__(self, config: Config, config_path: str, stop: GracefulStop) -> None:
         self.config = config
+        self.stop = stop
         self.config_path = str(Path(config_path).resolve())
         self.follower: FollowerChild | None = None
 
@@ -62,8 +63,16 @@ class DataSourcePath:
         if code is not None:
             raise _exit_error(code)
 
-    def stop_taking_batches(self) -> None:
-        """Stopping the query is enough: nothing else stages."""
+    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
+        """Let the trigger in progress end (for up to ``job.stop_timeout``, or
+        until a second SIGTERM), so the queries stop between batches: stopping one
+        mid-batch interrupts Spark's tasks and Python workers, and the batch is
+        run again at the next start (nothing is lost, but work is)."""
+        deadline = time.monotonic() + self.config.job.stop_timeout
+        while any(q.isActive and q.status["isTriggerActive"] for q in queries):
+            if self.stop.now.is_set() or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
 
     def finish(self, stop: GracefulStop) -> int:
         """The query ended: the follower applies what is staged — all of it when

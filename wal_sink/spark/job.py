@@ -201,8 +201,8 @@ class SinkPath(Protocol):
     def check(self) -> None:
         """Raise what stopped the applying side, if anything did."""
 
-    def stop_taking_batches(self) -> None:
-        """SIGTERM: no further batch is staged."""
+    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
+        """SIGTERM: no further batch is staged; the queries are stopped next."""
 
     def finish(self, stop: GracefulStop) -> int:
         """The queries ended: apply what is staged (see ``_finish``), exit code."""
@@ -241,7 +241,7 @@ class ForeachBatchPath:
     def check(self) -> None:
         self.sink.check()  # a committer failure stops the job, even when idle
 
-    def stop_taking_batches(self) -> None:
+    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
         self.sink.stop_taking_batches()
 
     def finish(self, stop: GracefulStop) -> int:
@@ -311,7 +311,7 @@ def run_job(
         if datasource:
             from wal_sink.spark.datasource_job import DataSourcePath
 
-            path = DataSourcePath(config, config_path)
+            path = DataSourcePath(config, config_path, stop)
         else:
             path = ForeachBatchPath(config, stop, metrics)
         queries: list[StreamingQuery] = []
@@ -325,7 +325,7 @@ def run_job(
                     query.awaitTermination(0.25)  # raises if the query failed
                 path.check()
                 if stop.requested and not stop.stopping:
-                    path.stop_taking_batches()
+                    path.stop_taking_batches(queries)
                     stop.stop_between_batches(queries)
             return path.finish(stop)
         except ConfigError as e:
