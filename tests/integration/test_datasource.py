@@ -4,6 +4,8 @@ writer epoch per query run (what fencing relies on), a reset checkpoint refused.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from decimal import Decimal
 from pathlib import Path
@@ -129,3 +131,38 @@ def test_a_reset_checkpoint_is_refused_by_the_data_source(spark, db, target, tmp
         stream(spark, config, landing, tmp_path / "new-checkpoint")
     assert DeltaTable(str(tmp_path / "wal")).transaction_version("reset") == 1
     assert target() == expected
+
+
+def test_follow_refuses_a_wal_behind_the_ack_table_with_one_line(db, target, tmp_path):
+    """The WAL was replaced (or the config points at another one) while the ack
+    table knows batch 3 applied: new batches would be skipped as applied."""
+    config = write_config(tmp_path / "replaced.toml", db, tmp_path, "replaced")
+    cli = str(Path(sys.executable).with_name("wal-sink"))
+    assert subprocess.run([cli, "-c", str(config), "init-db"]).returncode == 0
+    db.execute(
+        "INSERT INTO wal_sink_ack (sink_id, batch_id, row_count, deleted_count, "
+        "quarantined, epoch, committed_at) VALUES ('replaced', 3, 1, 0, 0, 1, NOW())"
+    )
+    done = subprocess.run(
+        [cli, "-c", str(config), "follow"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("error: ") and "Traceback" not in done.stderr, done.stderr
+    assert "has staged only up to None: it was replaced" in last
+
+
+def test_a_query_without_the_config_option_fails_with_one_line(spark, tmp_path):
+    landing = tmp_path / "landing"
+    write_landing(landing, [[("a", "1.00", 1)]])
+    query = (
+        spark.readStream.schema(SCHEMA)
+        .json(str(landing))
+        .writeStream.format("wal_sink")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as failed:
+        query.awaitTermination()
+    assert 'ConfigError: format("wal_sink") needs .option("config"' in str(failed.value)
