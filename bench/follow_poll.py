@@ -72,8 +72,8 @@ def measure(name: str, location: str, storage: Storage, versions: int, polls: in
     listed = ms(listing, max(10, polls // 10))
     print(
         f"{name}: {versions} stage commits made in {made:.1f}s; one poll, nothing "
-        f"new: {idle:.2f} ms; one poll finding a new stage commit: "
-        f"{statistics.median(new):.2f} ms; delta-rs update_incremental, nothing new: "
+        f"new: {idle:.3f} ms; one poll finding a new stage commit: "
+        f"{statistics.median(new):.3f} ms; delta-rs update_incremental, nothing new: "
         f"{refresh:.2f} ms; refresh + staged_batches: {listed:.2f} ms (medians)"
     )
 

@@ -25,6 +25,7 @@ from wal_sink.protocol.stage_commit import StageCommitter
 from wal_sink.storage import Storage
 from wal_sink.wal.applied_position import AppliedPosition
 from wal_sink.wal.log_tail import LogTail
+from wal_sink.wal.maintenance import vacuum
 from wal_sink.wal.reader import WalReader
 from wal_sink.wal.task_files import TaskFile, wal_schema, write_task_file
 from wal_sink.wal.writer import WalWriter
@@ -257,3 +258,22 @@ def test_log_tail_reads_stage_commits_as_the_reader_lists_them(tmp_path):
             for f, g in zip(v.staged.files, listed.files)
         )
     assert tail.poll() == [] and tail.version == 3
+
+
+def test_vacuum_removes_a_failed_attempts_files_and_keeps_the_position(tmp_path):
+    """Files a task wrote for an attempt that never committed (an aborted batch, a
+    query that died) are never read, and ``purge --vacuum`` removes them."""
+    config = make_config(tmp_path, max_pending=10)
+    failed = task_files(config, 0)  # written, never committed
+    stage(config, WriterRun("ds", "r1"), 0)
+    AppliedPosition(config.wal_path).publish(0, 1)
+    staged = [
+        f.uri.split("/wal/", 1)[1]
+        for f in WalReader(config.wal_path).staged_batch(0).files
+    ]
+    assert not {f.file.path for f in failed} & set(staged)
+    result = vacuum(config.wal_path, Storage(), 0)
+    assert result.files == len(failed)
+    assert not any((tmp_path / "wal" / f.file.path).exists() for f in failed)
+    assert all((tmp_path / "wal" / path).exists() for path in staged)
+    assert AppliedPosition(config.wal_path).read() == 0
