@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from wal_sink.cli.commands import main
 
-COMMANDS = ["init-db", "status", "recover", "replay", "purge", "inspect"]
+COMMANDS = ["init-db", "status", "recover", "replay", "purge", "inspect", "follow"]
 
 
 def run(*args: str):

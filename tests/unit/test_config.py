@@ -77,6 +77,10 @@ def test_valid_config_loads_typed_values():
             "job.spark_log_level: 'LOUD' must be one of OFF, FATAL, ERROR, WARN, INFO",
         ),
         ({"mysql__key": ["_wal_seq"]}, "reserved"),
+        (
+            {"job": {"checkpoint": "c", "writer": "jdbc"}},
+            "job.writer: Input should be 'foreach_batch' or 'datasource'",
+        ),
     ],
 )
 def test_bad_config_names_the_key(overrides, message):
