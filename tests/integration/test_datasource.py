@@ -10,6 +10,7 @@ import threading
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
@@ -18,7 +19,10 @@ from tests.integration.test_invariants import SCHEMA, write_landing
 from wal_sink.config import load_config
 from wal_sink.protocol.follower import Follower
 from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.protocol.stage_commit import StageCommitter
 from wal_sink.wal.applied_position import AppliedPosition
+from wal_sink.wal.task_files import wal_schema, write_task_file
+from wal_sink.wal.writer_run import WriterRun
 
 
 def write_config(path: Path, db, tmp: Path, sink_id: str, extra: str = "") -> Path:
@@ -166,3 +170,25 @@ def test_a_query_without_the_config_option_fails_with_one_line(spark, tmp_path):
     with pytest.raises(StreamingQueryException) as failed:
         query.awaitTermination()
     assert 'ConfigError: format("wal_sink") needs .option("config"' in str(failed.value)
+
+
+def test_the_follower_rides_out_a_failing_read_of_the_log(
+    db, target, tmp_path, monkeypatch
+):
+    """An I/O error reading the WAL's log (an object store briefly down) is retried
+    at the next polls, within the outage budget: the follower goes on."""
+    monkeypatch.setenv("WAL_SINK_FAULT", "follow.poll::eio-once")
+    config = write_config(tmp_path / "flaky.toml", db, tmp_path, "flaky")
+    follower = FollowerThread(config)
+    sink = load_config(config)
+    schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))
+    run = WriterRun("flaky", "run")
+    for batch_id in range(3):
+        rows = pa.record_batch([pa.array(["a", "b"]), pa.array([1, 2])], schema)
+        task = write_task_file(
+            sink.wal_path, sink.storage, batch_id, "a", 0, [rows], schema
+        )
+        StageCommitter(sink, run).commit(batch_id, [task], schema)
+    follower.drain()
+    assert target() == {"a": Decimal(3), "b": Decimal(6)}
+    assert follower.follower.instance.metrics.retries._value.get() >= 1

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink.errors import CheckpointResetError, first_line
+from wal_sink.errors import CheckpointResetError, TransientError, first_line
 from wal_sink.mysql import lease
 from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.protocol.pipeline import (
@@ -38,10 +38,11 @@ from wal_sink.protocol.pipeline import (
     describe,
     record_applied,
 )
+from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.storage import is_s3
 from wal_sink.wal.applied_position import AppliedPosition
-from wal_sink.wal.log_tail import LogTail
+from wal_sink.wal.log_tail import LogTail, LogVersion
 
 log = logging.getLogger("wal_sink.follow")
 
@@ -80,6 +81,7 @@ class Follower:
         self._lock = threading.Lock()
         self._applied_upto: int | None = None
         self._published: int | None = None
+        self._poll_budget: OutageBudget | None = None
 
     @property
     def sink_id(self) -> str:
@@ -135,7 +137,7 @@ class Follower:
             while True:
                 pipeline.check()
                 stopping = self._stopping.is_set()
-                for version in tail.poll():
+                for version in self._poll(tail):
                     staged = version.staged
                     if staged is None or (
                         submitted is not None and staged.batch_id <= submitted
@@ -162,6 +164,25 @@ class Follower:
             pipeline.close()
         self._publish()
         return left
+
+    def _poll(self, tail: LogTail) -> list[LogVersion]:
+        """New versions of the WAL's log; a read that fails transiently (the
+        object store busy or briefly down) is retried at the next polls, within
+        the outage budget."""
+        try:
+            versions = tail.poll()
+        except TransientError as e:
+            if self._poll_budget is None:
+                self._poll_budget = OutageBudget(
+                    self.config.mysql,
+                    "reading the WAL's log",
+                    self.instance.stop,
+                    self.instance.metrics.retries.inc,
+                )
+            self._poll_budget.wait(e)
+            return []
+        self._poll_budget = None
+        return versions
 
     def _wal_version_checked(self) -> int:
         """The WAL's version before recovery (where following starts; batches
@@ -197,7 +218,11 @@ class Follower:
             upto = self._applied_upto
         if upto is None or (upto == self._published and not again):
             return
-        self.position.publish(upto, self.instance.epoch)
+        try:
+            self.position.publish(upto, self.instance.epoch)
+        except TransientError as e:  # the position lags; the next poll tries again
+            log.warning("sink %s: applied position not published: %s", self.sink_id, e)
+            return
         self._published = upto
 
     def _heartbeat(self) -> None:

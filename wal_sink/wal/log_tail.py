@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from wal_sink import faults
 from wal_sink.storage import Storage, join
 from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN, StagedBatch, StagedFile
 from wal_sink.wal.storage_errors import storage_error
@@ -61,6 +62,7 @@ class LogTail:
     def _read(self, version: int) -> str | None:
         path = f"{self._log}/{version:020d}.json"
         try:
+            faults.hit("follow.poll", version)
             with self._fs.open_input_stream(path) as f:
                 return f.read().decode("utf-8")
         except FileNotFoundError:
