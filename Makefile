@@ -82,6 +82,7 @@ bench: setup
 	$(PY) -m bench.driver_memory
 	$(PY) -m bench.status_latency
 	$(PY) -m bench.ack_table_latency
+	$(PY) -m bench.follow_poll
 
 clean:
 	rm -rf $(VENV) $(DELTA_VENV) .jars var .pytest_cache
