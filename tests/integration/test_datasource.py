@@ -125,6 +125,9 @@ def test_format_wal_sink_with_the_follower_lands_exactly_once(
 
 
 def test_a_reset_checkpoint_is_refused_by_the_data_source(spark, db, target, tmp_path):
+    from wal_sink.spark import WalSinkDataSource
+
+    spark.dataSource.register(WalSinkDataSource)  # as found, registered by hand
     config = write_config(tmp_path / "reset.toml", db, tmp_path, "reset")
     landing = tmp_path / "landing"
     expected = write_landing(landing, [[("a", "1.00", 1)], [("b", "2.00", 2)]])
