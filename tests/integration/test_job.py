@@ -398,6 +398,22 @@ options = {{ maxFilesPerTrigger = 1 }}""",
     assert not children, "no follower outlives its job"
 
 
+def test_datasource_writer_with_a_reset_checkpoint_exits_one_at_once(db, tmp_path):
+    """The data source refuses the batch (I7) inside Spark; the job finds its error
+    in the query's failure and stops with its line, without restarting."""
+    fresh_table(db, "ds_reset")
+    config = landing_config(db, tmp_path, "ds_reset", 'writer = "datasource"')
+    first = JobProcess(config, tmp_path / "job.log", "--available-now")
+    assert first.wait() == 0, first.tail()
+    config.write_text(config.read_text().replace('/checkpoint"', '/new_checkpoint"'))
+    again = JobProcess(config, tmp_path / "again.log", "--available-now")
+    assert again.wait() == 1, again.tail()
+    log = again.text()
+    assert "ERROR wal_sink.job: sink 'ds_reset': the WAL/ack table already hold" in log
+    assert "reset or replaced" in log and "restart 1/" not in log
+    assert totals(db, "ds_reset") == {"a": Decimal("3.00")}
+
+
 def test_job_runs_unchanged_on_a_standalone_cluster(db, tmp_path):
     """A master and a worker from pyspark's own classes; executors are separate JVMs;
     the WAL is on a filesystem every node (here: process) sees."""
