@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -195,3 +196,48 @@ def test_the_follower_rides_out_a_failing_read_of_the_log(
     follower.drain()
     assert target() == {"a": Decimal(3), "b": Decimal(6)}
     assert follower.follower.instance.metrics.retries._value.get() >= 1
+
+
+def test_a_draining_follower_applies_every_staged_batch_and_stop_now_leaves_them(
+    db, target, tmp_path
+):
+    """Three batches staged, one transaction each; MySQL holds the first behind a
+    row lock while the follower is told to stop: drained, all three are applied;
+    stopped at once, the two behind it stay staged."""
+    config = write_config(
+        tmp_path / "drain.toml", db, tmp_path, "drain", "max_transaction_rows = 1"
+    )
+    config.write_text(config.read_text().replace("max_pending = 2", "max_pending = 9"))
+    sink = load_config(config)
+    schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))
+    db.execute("INSERT INTO ds_totals (k, amount) VALUES ('a', 0)")
+
+    def stage(batch_id: int) -> None:
+        rows = pa.record_batch([pa.array(["a"]), pa.array([1])], schema)
+        task = write_task_file(
+            sink.wal_path, sink.storage, batch_id, "a", 0, [rows], schema
+        )
+        StageCommitter(sink, WriterRun("drain", "run")).commit(batch_id, [task], schema)
+
+    for now, first in ((False, 0), (True, 3)):
+        with db.connect() as lock, lock.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT * FROM ds_totals WHERE k = 'a' FOR UPDATE")
+            follower = FollowerThread(config)
+            assert follower.follower.following.wait(60), "past its start-up"
+            for batch_id in range(first, first + 3):
+                stage(batch_id)
+            time.sleep(1)  # the follower is blocked applying the first
+            if now:
+                follower.follower.stop_now()
+                follower.thread.join(60)  # it returns without waiting for MySQL
+            else:
+                follower.follower.stop(drain=True)
+            lock.rollback()
+        follower.thread.join(60)
+        assert not follower.thread.is_alive() and follower.failure is None
+        time.sleep(1)  # the transaction under way when it stopped commits
+        follower.follower.instance.close()
+    acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
+    assert acked == [0, 1, 2, 3], "drained: 0..2; stopped at once: 3 only"
+    assert target() == {"a": Decimal(4)}

@@ -293,6 +293,7 @@ def follow(ctx: click.Context, metrics_port: int | None) -> None:
     Example: wal-sink -c conf/local.toml follow
     """
     from wal_sink.protocol.follower import Follower
+    from wal_sink.protocol.retry import RetryStopped
 
     logging.basicConfig(
         level=logging.WARNING,
@@ -311,7 +312,10 @@ def follow(ctx: click.Context, metrics_port: int | None) -> None:
             logging.getLogger("wal_sink.follow").info(
                 "metrics at http://%s:%d/metrics", host, port
             )
-        follower.run()
+        try:
+            follower.run()
+        except RetryStopped as e:  # a second signal while MySQL was unreachable
+            logging.getLogger("wal_sink.follow").warning("%s", e)
 
 
 def on_signal(follower) -> None:

@@ -38,7 +38,7 @@ from wal_sink.protocol.pipeline import (
     describe,
     record_applied,
 )
-from wal_sink.protocol.retry import OutageBudget
+from wal_sink.protocol.retry import OutageBudget, RetryStopped
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.storage import is_s3
 from wal_sink.wal.applied_position import AppliedPosition
@@ -82,6 +82,8 @@ class Follower:
         self._applied_upto: int | None = None
         self._published: int | None = None
         self._poll_budget: OutageBudget | None = None
+        self.following = threading.Event()
+        """Set once the start-up is done and new batches are being followed."""
 
     @property
     def sink_id(self) -> str:
@@ -131,6 +133,7 @@ class Follower:
         )
         # Step 2. Follow.
         pipeline = Pipeline(committer, sys.maxsize, self._applied)
+        self.following.set()
         try:
             submitted = self._applied_upto
             beat = self.clock()
@@ -160,6 +163,8 @@ class Follower:
                 self._stopping.wait(self.poll_seconds)
             # Step 3. Stop: apply what is staged, within the timeout.
             left = self._drain(pipeline)
+        except RetryStopped:  # stop_now() while MySQL was being waited for
+            left = self._left(pipeline.pending)
         finally:
             pipeline.close()
         self._publish()
@@ -245,20 +250,26 @@ class Follower:
             return
         self._publish(again=True)
 
+    @staticmethod
+    def _left(pending: int) -> int:
+        log.warning(
+            "stopped with %d staged batch(es) not yet applied; the next start "
+            "applies them",
+            pending,
+        )
+        return pending
+
     def _drain(self, pipeline: Pipeline) -> int:
         started = self.clock()
-        while not pipeline.drain(DRAIN_STEP):
+        while True:
             pipeline.check()
             timeout = self.stop_timeout
-            if self.instance.stop.is_set() or (
-                timeout is not None and self.clock() - started > timeout
+            if pipeline.pending and (
+                self.instance.stop.is_set()
+                or (timeout is not None and self.clock() - started > timeout)
             ):
-                left = pipeline.pending
-                log.warning(
-                    "stopped with %d staged batch(es) not yet applied; the next "
-                    "start applies them",
-                    left,
-                )
-                return left
+                return self._left(pipeline.pending)
+            if pipeline.drain(DRAIN_STEP):
+                break
         log.info("sink %s: stopped; every staged batch is applied", self.sink_id)
         return 0
