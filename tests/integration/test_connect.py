@@ -32,7 +32,19 @@ pytestmark = pytest.mark.crash
 SEED = int(os.environ.get("WAL_SINK_TEST_SEED", time.time()))
 rng = random.Random(SEED)
 WAL_SINK = str(Path(sys.executable).with_name("wal-sink"))
-SCHEMA = "k STRING, amount DECIMAL(12,2)"
+CLIENT = Path(__file__).with_name("connect_client.py")
+STARTED: list[subprocess.Popen] = []
+"""Clients and followers the test started, killed when it ends."""
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running():
+    yield
+    for process in STARTED:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    STARTED.clear()
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +68,7 @@ class FollowProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        STARTED.append(self.proc)
 
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)
@@ -119,20 +132,22 @@ def applied(db, follower: FollowProcess, batches: int, timeout: float = 180) -> 
     time.sleep(rng.uniform(0, 1.5))
 
 
-def start_query(server: ConnectServer, config: Path, landing: Path, cp: Path, **trig):
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.remote(server.url).create()
-    return (
-        spark.readStream.schema(SCHEMA)
-        .option("maxFilesPerTrigger", 2)
-        .json(str(landing))
-        .writeStream.format("wal_sink")
-        .option("config", str(config))
-        .option("checkpointLocation", str(cp))
-        .trigger(**(trig or {"processingTime": "1 second"}))
-        .start()
+def start_query(
+    server: ConnectServer, config: Path, landing: Path, cp: Path, mode: str
+) -> subprocess.Popen:
+    """The client (connect_client.py) starting the query on the server."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WAL_SINK_")}
+    log = open(cp.parent / "client.log", "ab")
+    client = subprocess.Popen(
+        [sys.executable, str(CLIENT), server.url, str(config), str(landing), str(cp)]
+        + [mode],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
+    STARTED.append(client)
+    return client
 
 
 def test_connect_query_and_follower_killed_mid_stream_land_exactly_once(
@@ -151,25 +166,26 @@ def test_connect_query_and_follower_killed_mid_stream_land_exactly_once(
     expected: dict[str, Decimal] = {}
     feeding = threading.Thread(target=feed, args=(landing, expected, 50, 0.4))
     feeding.start()
-    start_query(server, config, landing, cp)
+    start_query(server, config, landing, cp, "processing")
     follower = FollowProcess(config, log)
+
     applied(db, follower, 2)
     follower.kill()  # the follower alone
     follower = FollowProcess(config, log)
     applied(db, follower, 2)
-    server.kill()  # the server alone: the query dies with it
+    server.kill()  # the server alone: the query (and its client) dies with it
     server.start()
-    start_query(server, config, landing, cp)
+    start_query(server, config, landing, cp, "processing")
     applied(db, follower, 2)
     server.kill()  # both at once
     follower.kill()
     server.start()
     follower = FollowProcess(config, log)
-    start_query(server, config, landing, cp).stop()
     feeding.join()
 
     # What is left: one query run that drains, then SIGTERM applies the rest.
-    start_query(server, config, landing, cp, availableNow=True).awaitTermination()
+    drain = start_query(server, config, landing, cp, "available-now")
+    assert drain.wait(300) == 0, (tmp_path / "client.log").read_text()[-3000:]
     assert follower.terminate() == 0, log.read_text()[-3000:]
     got = dict(db.rows("SELECT k, amount FROM connect_totals"))
     assert got == expected, log.read_text()[-3000:]
