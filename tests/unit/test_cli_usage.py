@@ -19,6 +19,7 @@ COMMANDS = [
     "purge",
     "inspect",
     "quarantine-batch",
+    "follow",
 ]
 
 
