@@ -154,7 +154,7 @@ def test_follow_refuses_a_wal_behind_the_ack_table_with_one_line(db, target, tmp
     done = subprocess.run(
         [cli, "-c", str(config), "follow"], capture_output=True, text=True, timeout=60
     )
-    assert done.returncode == 1
+    assert done.returncode == 2
     last = done.stderr.splitlines()[-1]
     assert last.startswith("error: ") and "Traceback" not in done.stderr, done.stderr
     assert "has staged only up to None: it was replaced" in last

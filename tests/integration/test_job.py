@@ -398,16 +398,17 @@ options = {{ maxFilesPerTrigger = 1 }}""",
     assert not children, "no follower outlives its job"
 
 
-def test_datasource_writer_with_a_reset_checkpoint_exits_one_at_once(db, tmp_path):
+def test_datasource_writer_with_a_reset_checkpoint_exits_two_at_once(db, tmp_path):
     """The data source refuses the batch (I7) inside Spark; the job finds its error
-    in the query's failure and stops with its line, without restarting."""
+    in the query's failure and stops with its line and exit 2 (a configuration
+    refusal, as with foreachBatch), without restarting."""
     fresh_table(db, "ds_reset")
     config = landing_config(db, tmp_path, "ds_reset", 'writer = "datasource"')
     first = JobProcess(config, tmp_path / "job.log", "--available-now")
     assert first.wait() == 0, first.tail()
     config.write_text(config.read_text().replace('/checkpoint"', '/new_checkpoint"'))
     again = JobProcess(config, tmp_path / "again.log", "--available-now")
-    assert again.wait() == 1, again.tail()
+    assert again.wait() == 2, again.tail()
     log = again.text()
     assert "ERROR wal_sink.job: sink 'ds_reset': the WAL/ack table already hold" in log
     assert "reset or replaced" in log and "restart 1/" not in log
