@@ -74,7 +74,9 @@ def caller_engine(config, *, charset: str = "utf8mb4", later: str = ""):
         make_url(config.mysql.url).set(password=SINK_PASSWORD),
         connect_args={
             "charset": charset,
-            "init_command": "SET SESSION sql_mode='STRICT_ALL_TABLES'",
+            # the strict modes the sink needs (preflight), nothing else
+            "init_command": "SET SESSION sql_mode='STRICT_ALL_TABLES,"
+            "ERROR_FOR_DIVISION_BY_ZERO'",
         },
     )
     if later:
@@ -105,7 +107,11 @@ def others(db) -> list:
 @pytest.mark.parametrize(
     "charset, later",
     [
-        ("utf8mb4", "SET SESSION sql_mode='STRICT_ALL_TABLES,NO_BACKSLASH_ESCAPES'"),
+        (
+            "utf8mb4",
+            "SET SESSION sql_mode='STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,"
+            "NO_BACKSLASH_ESCAPES'",
+        ),
         ("gbk", ""),
     ],
     ids=["no_backslash_escapes", "gbk"],

@@ -23,6 +23,7 @@ COMMANDS = [
     "quarantine list",
     "quarantine retry",
     "quarantine export",
+    "follow",
 ]
 
 

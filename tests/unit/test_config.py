@@ -95,6 +95,10 @@ def test_valid_config_loads_typed_values():
             },
             "cdc.tombstone_retention",
         ),
+        (
+            {"job": {"checkpoint": "c", "writer": "jdbc"}},
+            "job.writer: Input should be 'foreach_batch' or 'datasource'",
+        ),
     ],
 )
 def test_bad_config_names_the_key(overrides, message):

@@ -230,6 +230,65 @@ def replay(
 
 
 @main.command()
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    help="Serve Prometheus metrics on this port (default: job.metrics_port).",
+)
+@click.pass_context
+@_one_line_errors
+def follow(ctx: click.Context, metrics_port: int | None) -> None:
+    """Apply staged batches to MySQL as they appear in the WAL, until SIGTERM.
+
+    The MySQL side of format("wal_sink"): recovers unacked batches first, then
+    applies each new one in batch order with its ack row. Takes the lease: a
+    running job or follower of this sink is fenced and stops. SIGTERM (or Ctrl-C)
+    applies what is staged, for up to job.stop_timeout, and exits 0; a second one
+    exits at once, leaving the rest staged.
+
+    Example: wal-sink -c conf/local.toml follow
+    """
+    from wal_sink.protocol.follower import Follower
+    from wal_sink.protocol.retry import RetryStopped
+
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+    logging.getLogger("wal_sink").setLevel(logging.INFO)
+    with _instance(ctx) as sink:
+        follower = Follower(sink)
+        on_signal(follower)
+        job = sink.config.job
+        port = metrics_port or (job.metrics_port if job else None)
+        if port is not None:
+            host = job.metrics_host if job else "0.0.0.0"
+            sink.metrics.serve(port, host)
+            logging.getLogger("wal_sink.follow").info(
+                "metrics at http://%s:%d/metrics", host, port
+            )
+        try:
+            follower.run()
+        except RetryStopped as e:  # a second signal while MySQL was unreachable
+            logging.getLogger("wal_sink.follow").warning("%s", e)
+
+
+def on_signal(follower) -> None:
+    """SIGTERM or SIGINT: stop after applying what is staged; a second: at once."""
+    import signal
+
+    def handle(signum: int, frame: object) -> None:
+        if follower.stopping:
+            follower.stop_now()
+        else:
+            follower.stop()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+@main.command()
 @click.option("--before", type=click.IntRange(min=0), help="Batches with id < N.")
 @click.option(
     "--older-than", "older_than", help="Batches acked longer ago, e.g. '7 days'."

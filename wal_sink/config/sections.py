@@ -299,6 +299,9 @@ class JobConfig:
         "WARN"
     )
     """Spark's own log level in the job's output (INFO brings Spark's INFO back)."""
+    writer: Literal["foreach_batch", "datasource"] = "foreach_batch"
+    """How the job's query stages: foreach_batch (a committer thread in the driver)
+    or datasource (format("wal_sink"), with a follower process applying)."""
 
 
 @dataclass(frozen=True, config=SECTION)

@@ -35,8 +35,9 @@ from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
 from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.mysql.row_screen import check_json_targets
+from wal_sink.mysql.target import reflect_target
 from wal_sink.protocol.committer import CommitResult
-from wal_sink.protocol.pipeline import Applied, Handoff, Pipeline
+from wal_sink.protocol.pipeline import Applied, Handoff, Pipeline, record_applied
 from wal_sink.protocol.recovery import check_checkpoint, check_commit_log
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.checkpoint import (
@@ -128,18 +129,6 @@ class WalSink(SinkInstance):
             )
         return super().recover()
 
-    def check_stream_schema(self, schema: StructType) -> None:
-        """Refuse, before a query starts, a struct, array or map column of the stream
-        whose target column is neither JSON nor text (the sink writes such values as
-        JSON text); the committer checks each new schema the same way."""
-        nested = {
-            f.name: f.dataType.simpleString()
-            for f in schema.fields
-            if isinstance(f.dataType, (StructType, ArrayType, MapType))
-        }
-        if nested:
-            check_json_targets(self.start().rows.target(), nested)
-
     def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
         """The ``foreachBatch`` function: stage, hand over to the committer, return.
 
@@ -217,17 +206,7 @@ class WalSink(SinkInstance):
 
     def _applied(self, applied: Applied) -> None:
         """The committer finished a batch: metrics, then the caller's callback."""
-        result, metrics = applied.result, self.metrics
-        if result.applied:
-            metrics.batches_applied.inc()
-            metrics.rows_applied.inc(result.rows)
-            metrics.rows_deleted.inc(result.deleted)
-            metrics.rows_quarantined.inc(result.quarantined)
-            metrics.rows_skipped.inc(result.skipped)
-            if applied.lag_ms is not None:
-                metrics.lag_seconds.observe(max(0.0, applied.lag_ms / 1000))
-        metrics.last_applied_batch.set(result.batch_id)
-        metrics.batches_pending.set(applied.pending)
+        record_applied(self.metrics, applied)
         if self.on_applied is not None:
             self.on_applied(applied)
 
@@ -288,3 +267,21 @@ class WalSink(SinkInstance):
                 sink_id=self.sink_id,
                 batch_id=batch_id,
             )
+
+
+def check_stream(instance: SinkInstance, schema: StructType) -> None:
+    """Refuse (ConfigError), before a query over ``schema`` starts and without taking
+    the lease, a stream the target cannot take as configured: columns that reach
+    another row through a unique index besides ``mysql.key``
+    (``mysql.unique_conflicts``), and struct, array or map columns whose target
+    column is neither JSON nor text (the sink writes such values as JSON text). The
+    committer checks each new schema the same way."""
+    instance.check_columns(schema.names)
+    nested = {
+        f.name: f.dataType.simpleString()
+        for f in schema.fields
+        if isinstance(f.dataType, (StructType, ArrayType, MapType))
+    }
+    if nested:
+        target = reflect_target(instance.engine, instance.config.mysql.table)
+        check_json_targets(target, nested)

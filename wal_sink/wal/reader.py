@@ -164,9 +164,9 @@ class WalReader:
 
         The WAL's application transaction says whether the batch was staged; the
         commit that staged it (the first table version whose transaction reached
-        ``batch_id``) says whether it had files. Today's writer always commits at
-        least one file, so this matters for WALs written by wal_sink 0.1, whose
-        empty batches have none, and for files lost since (I1: never acked empty).
+        ``batch_id``) says whether it had files. Batches staged with no rows have
+        none (by the data source, and by wal_sink 0.1), and files can be lost
+        since (I1: never acked empty).
         """
         table = self.table()
         if table is None or (table.transaction_version(app_id) or -1) < batch_id:

@@ -36,6 +36,7 @@ from wal_sink.storage import Storage
 from wal_sink.wal.ownership import WAL, check_owner, owned_configuration
 from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN, delta_table
 from wal_sink.wal.storage_errors import storage_error
+from wal_sink.wal.writer_run import WriterRun
 
 log = logging.getLogger(__name__)
 
@@ -110,14 +111,24 @@ class WalWriter:
         table = self._fresh()
         return None if table is None else table.transaction_version(self.sink_id)
 
+    def snapshot(self) -> DeltaTable | None:
+        """The newest snapshot, or None while nothing was ever staged."""
+        return self._fresh()
+
     def commit(
-        self, batch_id: int, files: list[WrittenFile], schema: pa.Schema
+        self,
+        batch_id: int,
+        files: list[WrittenFile],
+        schema: pa.Schema,
+        run: WriterRun | None = None,
     ) -> bool:
         """Commit exactly ``files`` as batch ``batch_id`` in one Delta commit.
 
         ``schema`` is the files' Arrow schema (without the partition column). A batch
         may add nullable columns to the WAL's schema, in the same commit; a column
-        that is missing or changes type is refused, naming it.
+        that is missing or changes type is refused, naming it. With ``run`` (the
+        data source) the commit also proves, on the same snapshot, that this query
+        run still holds the WAL (writer_run.py), or raises FencedError.
 
         Returns:
             True when this call staged the batch; False when the WAL already had it
@@ -128,12 +139,16 @@ class WalWriter:
                 raise ValueError(f"{path} is outside batch {batch_id}'s partition")
         actions = [f.add_action(batch_id) for f in files]
         wanted = table_schema(schema)
-        properties = CommitProperties(
-            app_transactions=[Transaction(app_id=self.sink_id, version=batch_id)],
-            custom_metadata={"wal_sink.batch_id": str(batch_id)},
-        )
         for _ in range(COMMIT_ATTEMPTS):
             table = self._fresh()
+            claims = run.transactions(table, batch_id) if run else []
+            properties = CommitProperties(
+                app_transactions=[
+                    Transaction(app_id=self.sink_id, version=batch_id),
+                    *claims,
+                ],
+                custom_metadata={"wal_sink.batch_id": str(batch_id)},
+            )
             try:
                 if table is None:
                     self._create(wanted)
