@@ -8,7 +8,7 @@ streamed through ``foreachBatch`` + ``df.write.jdbc`` append (bench/jdbc_append_
 MariaDB Connector/J). Goal >= 1.0: baseline cost / ours (higher is better).
 
 Usage: python -m bench.micro_batch_cost [FEW MANY] [--repeat N] [--no-profile]
-                                        [--logs DIR]
+                                        [--breakdown] [--logs DIR]
 Each side runs once over FEW files and once over MANY (default 5 and 45), as a new
 process with a new checkpoint, WAL, sink id and an emptied table each time; the
 per-batch cost is the slope (t_many - t_few) / (MANY - FEW), so JVM start-up and
@@ -21,6 +21,15 @@ one more run of each side over MANY files with Spark's streaming progress logged
 (log4j INFO for org.apache.spark.sql.execution.streaming, not in the timed runs):
 each query's per-trigger durations (addBatch is the foreachBatch function; the rest
 is Spark's own per-trigger work: offsets, planning, the offset and commit logs).
+``--breakdown`` (profiled runs even with ``--no-profile``) prints one table of
+medians per trigger, a column per side: Spark's durations of each side's query and
+of the parse-error query beside ours, then the parts of the job's ``staged`` line
+(``plan``: from the offset log's batchTimestampMs to the foreachBatch call;
+``lease``; ``wait``, backpressure; ``check``, ``write``, ``list``, ``delta``: the
+WAL's version check, the executors' write, listing and footers, the delta-rs
+commit; ``handoff``) and the committer's ``commit_ms``. The data source's
+``staged`` line is logged in Spark's Python worker, so its column has Spark's
+parts only.
 """
 
 from __future__ import annotations
@@ -172,28 +181,43 @@ writer = "{writer}"
         assert rows == files * ROWS_PER_FILE, f"{table}: {rows} rows"
 
 
-def job_log_summary(logs: list[Path]) -> str:
-    """Medians over the job's own per-batch log lines."""
-    stage, commit, gaps = [], [], []
+PARTS = re.compile(r" (\w+)_ms=(\d+)")
+
+
+def staged_parts(logs: list[Path]) -> dict[str, list[float]]:
+    """Each part of the job's ``staged`` lines (plan_ms, write_ms, …), its
+    ``commit_ms`` (the committer, behind Spark) and the time between two ``staged``
+    lines, over ``logs``."""
+    parts: dict[str, list[float]] = {}
     for log in logs:
         stamps = []
         for line in log.read_text(errors="replace").splitlines():
             if m := STAGED.search(line):
                 stamps.append(datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f"))
-                stage.append(int(m.group(3)))
+                for name, ms in PARTS.findall(line[m.end(2) :]):
+                    parts.setdefault(name, []).append(float(ms))
             elif m := APPLIED.search(line):
-                commit.append(int(m.group(2)))
-        gaps += [(b - a).total_seconds() * 1000 for a, b in zip(stamps, stamps[1:])]
+                parts.setdefault("committer commit", []).append(float(m.group(2)))
+        parts.setdefault("between two staged lines", []).extend(
+            (b - a).total_seconds() * 1000 for a, b in zip(stamps, stamps[1:])
+        )
+    return parts
+
+
+def job_log_summary(logs: list[Path]) -> str:
+    """Medians over the job's own per-batch log lines."""
+    parts = staged_parts(logs)
     return (
-        f"job log, MANY runs: stage_ms median {_med(stage)}, commit_ms median "
-        f"{_med(commit)} (behind Spark), time between two 'staged' lines median "
-        f"{_med(gaps)} ms"
+        f"job log, MANY runs: stage_ms median {_med(parts.get('stage', []))}, "
+        f"commit_ms median {_med(parts.get('committer commit', []))} (behind Spark), "
+        "time between two 'staged' lines median "
+        f"{_med(parts['between two staged lines'])} ms"
     )
 
 
-def progress_summary(log: Path, skip: int = 3) -> list[str]:
-    """Per query: medians of Spark's per-trigger durations (first ``skip`` triggers
-    left out) and of the time between trigger starts."""
+def progress_by_query(log: Path, skip: int = 3) -> dict[str, dict[str, list[float]]]:
+    """Per query, Spark's per-trigger durations (``durationMs``) and the time between
+    trigger starts, over triggers that read rows (the first ``skip`` left out)."""
     text = log.read_text(errors="replace")
     decoder = json.JSONDecoder()
     by_query: dict[str, list[dict]] = {}
@@ -201,25 +225,94 @@ def progress_summary(log: Path, skip: int = 3) -> list[str]:
     for m in re.finditer(re.escape(marker), text):
         progress, _ = decoder.raw_decode(text, m.end())
         by_query.setdefault(progress.get("name") or "?", []).append(progress)
-    lines = []
+    result = {}
     for name, progresses in by_query.items():
         counted = [
             p for p in progresses if p["batchId"] >= skip and p.get("numInputRows")
         ]
         keys = sorted({k for p in counted for k in p["durationMs"]})
-        durations = ", ".join(
-            f"{k} {_med([p['durationMs'].get(k, 0) for p in counted])}" for k in keys
-        )
+        durations = {k: [p["durationMs"].get(k, 0) for p in counted] for k in keys}
         starts = [
             datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
             for p in counted
         ]
-        gaps = [(b - a).total_seconds() * 1000 for a, b in zip(starts, starts[1:])]
+        durations["between trigger starts"] = [
+            (b - a).total_seconds() * 1000 for a, b in zip(starts, starts[1:])
+        ]
+        durations["triggers"] = [len(counted)]
+        result[name] = durations
+    return result
+
+
+def progress_summary(log: Path, skip: int = 3) -> list[str]:
+    """Per query: medians of Spark's per-trigger durations and of the time between
+    trigger starts."""
+    lines = []
+    for name, durations in progress_by_query(log, skip).items():
+        triggers = durations.pop("triggers")[0]
+        between = durations.pop("between trigger starts")
+        medians = ", ".join(f"{k} {_med(v)}" for k, v in durations.items())
         lines.append(
-            f"  {name}: {len(counted)} triggers; median ms: {durations}; "
-            f"between trigger starts {_med(gaps)}"
+            f"  {name}: {triggers} triggers; median ms: {medians}; "
+            f"between trigger starts {_med(between)}"
         )
     return lines
+
+
+SPARK_PARTS = (
+    "latestOffset",
+    "getBatch",
+    "queryPlanning",
+    "addBatch",
+    "walCommit",
+    "commitOffsets",
+    "triggerExecution",
+    "between trigger starts",
+)
+SINK_PARTS = (
+    "plan",
+    "lease",
+    "wait",
+    "check",
+    "write",
+    "list",
+    "delta",
+    "handoff",
+    "stage",
+    "between two staged lines",
+    "committer commit",
+)
+
+
+def breakdown(logs: dict[str, Path]) -> list[str]:
+    """A table of medians (ms) per part, one column per side: Spark's per-trigger
+    durations of each side's main query (and of the parse-error query beside ours),
+    then the parts of the sink's own ``staged`` lines."""
+    columns: dict[str, dict[str, list[float]]] = {}
+    for side, log in logs.items():
+        queries = progress_by_query(log)
+        main = {k: v for k, v in queries.items() if not k.endswith("_parse_errors")}
+        columns[side] = next(iter(main.values()), {})
+        for name, durations in queries.items():
+            if name.endswith("_parse_errors"):
+                columns[side].update(
+                    {f"parse-error query: {k}": v for k, v in durations.items()}
+                )
+        columns[side].update({f"sink: {k}": v for k, v in staged_parts([log]).items()})
+    rows = [f"Spark: {k}" for k in SPARK_PARTS]
+    rows += [
+        f"parse-error query: {k}"
+        for k in ("triggers", "triggerExecution", "between trigger starts")
+    ]
+    rows += [f"sink: {k}" for k in SINK_PARTS]
+    width = max(len(r) for r in rows) + 2
+    out = [f"{'median ms per trigger':<{width}}" + "".join(f"{s:>15}" for s in logs)]
+    for row in rows:
+        key = row.removeprefix("Spark: ")
+        cells = [_med(columns[side].get(key, [])) for side in logs]
+        if any(c != "-" for c in cells):
+            out.append(f"{row:<{width}}" + "".join(f"{c:>15}" for c in cells))
+    return out
 
 
 def _med(values: list[float]) -> str:
@@ -232,6 +325,7 @@ def main(
     repeat: int = 3,
     profile: bool = True,
     logs: Path | None = None,
+    show_breakdown: bool = False,
 ) -> None:
     with Bench("microbatch") as bench:
         bench.sql(
@@ -279,16 +373,25 @@ def main(
                 f" ms vs {statistics.median(slope['baseline']) * 1000:.0f} ms"
             )
             print(f"{writer}: {job_log_summary(many_logs[writer])}")
-        if profile:
+        if profile or show_breakdown:
             print("Spark's streaming progress (one more run each, logged):")
+            profiled: dict[str, Path] = {}
             for writer in WRITERS:
-                _, log = runs.ours(sources[many], many, writer, profile=True)
-                print(f" job ({writer}):")
-                print(" " + job_log_summary([log]).replace("MANY runs", "profiled run"))
+                _, profiled[writer] = runs.ours(
+                    sources[many], many, writer, profile=True
+                )
+            _, profiled["JDBC append"] = runs.baseline(
+                sources[many], many, profile=True
+            )
+            for side, log in profiled.items():
+                print(f" {side}:")
                 print("\n".join(progress_summary(log)))
-            _, base_log = runs.baseline(sources[many], many, profile=True)
-            print(" JDBC append:")
-            print("\n".join(progress_summary(base_log)))
+            if show_breakdown:
+                print(
+                    "Where a micro-batch's time goes (profiled runs over MANY files; "
+                    "Spark's durationMs per trigger, and the sink's staged-line parts):"
+                )
+                print("\n".join(breakdown(profiled)))
         if logs is not None:  # the runs' logs, for a closer look
             logs.mkdir(parents=True, exist_ok=True)
             for log in bench.dir.glob("*.log"):
@@ -305,10 +408,16 @@ if __name__ == "__main__":
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--logs", type=Path, help="copy the runs' logs here")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="print the median of each part of a micro-batch for each side",
+    )
     args = parser.parse_args()
     main(
         *args.counts[:2],
         repeat=args.repeat,
         profile=not args.no_profile,
         logs=args.logs,
+        show_breakdown=args.breakdown,
     )

@@ -82,6 +82,16 @@ class SinkMetrics:
             "Time to stage one batch (Parquet write and Delta commit).",
             DURATION_BUCKETS,
         )
+        self.part_seconds = Histogram(
+            "wal_sink_batch_part_duration_seconds",
+            "Where a foreachBatch call's time went, by part: plan (Spark planning "
+            "the batch, before the call), lease, wait (backpressure), check, write "
+            "(the executors' Parquet write), list (listing and footers), delta (the "
+            "delta-rs commit), handoff.",
+            labelnames=("sink", "part"),
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
         self.commit_seconds = histogram(
             "wal_sink_commit_duration_seconds",
             "Time of one MySQL transaction applying one or more batches.",
@@ -122,6 +132,11 @@ class SinkMetrics:
             "wal_sink_lease_held",
             "1 while this process holds the sink's lease, 0 once fenced.",
         )
+
+    def observe_parts(self, parts: dict[str, float]) -> None:
+        """One batch's parts, in milliseconds, by name (``part_seconds``)."""
+        for part, ms in parts.items():
+            self.part_seconds.labels(self.sink_id, part).observe(ms / 1000)
 
     def follow_quarantine(
         self, read: Callable[[], tuple[int, int]], every: float = 15.0

@@ -12,6 +12,10 @@ from tests.integration.test_job import fresh_table, landing_config
 # Spark's console pattern: "26/11/22 16:43:14 INFO SparkContext: ...".
 SPARK_INFO = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", re.MULTILINE)
 PROGRESS_JSON = '"numInputRows"'  # the per-trigger progress report of each query
+STAGED_PARTS = (
+    r"rows=1 stage_ms=\d+ pending=\d+ plan_ms=\d+ lease_ms=\d+ wait_ms=\d+ "
+    r"check_ms=\d+ write_ms=\d+ list_ms=\d+ delta_ms=\d+ handoff_ms=\d+"
+)
 
 
 def run_drain(config: Path, log: Path, *args: str, **env: str) -> str:
@@ -34,6 +38,8 @@ def test_default_output_is_the_sinks_lines_without_sparks_info(db, tmp_path):
         assert expected in out, out
     for batch in range(3):
         assert f"INFO wal_sink.job: batch {batch} staged: rows=1 " in out, out
+        staged = re.search(rf"batch {batch} staged: (.*)", out).group(1)
+        assert re.fullmatch(STAGED_PARTS, staged), staged  # one line, every part
         assert f"INFO wal_sink.job: batch {batch} applied: rows=1 " in out, out
     assert not SPARK_INFO.search(out), SPARK_INFO.search(out).group(0)
     assert "org.apache.spark" not in out and PROGRESS_JSON not in out

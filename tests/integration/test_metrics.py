@@ -58,6 +58,8 @@ def test_metrics_of_a_running_job_match_the_ack_table(db, tmp_path):
         ((epoch,),) = db.rows("SELECT epoch FROM wal_sink_lease")
         assert m["wal_sink_batches_applied_total"] == batches == 6
         assert m["wal_sink_batches_staged_total"] == 6
+        # one observation per batch in each part of the batch's time
+        assert m["wal_sink_batch_part_duration_seconds_count"] == 6
         assert m["wal_sink_rows_applied_total"] == rows == 30
         assert m["wal_sink_rows_quarantined_total"] == 0
         assert m["wal_sink_last_applied_batch_id"] == last == 5

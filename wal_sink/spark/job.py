@@ -70,12 +70,14 @@ class BatchRunner:
                 raise
         report = self.sink.last_stage
         rows = "-" if report.rows is None else str(report.rows)
+        parts = " ".join(f"{k}_ms={v:.0f}" for k, v in report.parts.items())
         log.info(
-            "batch %d staged: rows=%s stage_ms=%.0f pending=%d%s",
+            "batch %d staged: rows=%s stage_ms=%.0f pending=%d %s%s",
             batch_id,
             rows,
             report.stage_ms,
             report.pending,
+            parts,
             "" if report.rows is not None else " (already staged)",
         )
 

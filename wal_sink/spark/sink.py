@@ -45,7 +45,7 @@ from wal_sink.spark.checkpoint import (
     last_committed_batch,
     last_planned_batch,
 )
-from wal_sink.spark.staging import stage
+from wal_sink.spark.staging import Laps, StageTimes, stage
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,12 @@ class StageReport:
     stage_ms: float
     pending: int
     """Staged batches waiting for MySQL, this one included."""
+    parts: dict[str, float]
+    """Where the batch's time went, in ms, in the order it was spent: ``plan``
+    (Spark, from the batch's offset log entry to the foreachBatch call),
+    ``lease`` (lease and column checks), ``wait`` (backpressure), then staging's
+    ``check``, ``write``, ``list`` and ``delta`` (StageTimes), and ``handoff``
+    (reading the planning time, handing the batch to the committer)."""
 
 
 class WalSink(SinkInstance):
@@ -134,18 +140,22 @@ class WalSink(SinkInstance):
 
         Raises the committer's failure, if it stopped on one, at this batch boundary.
         """
+        called_ms = time.time() * 1000
+        laps = Laps()
         self.start()
         pipeline = self._pipeline_for()
         self._guard_first_batch(batch_id)
         self._check_lease(batch_id)
         self.check_columns(df.columns)
+        lease_ms = laps.lap()
         # Backpressure: at most wal.max_pending staged batches wait for MySQL.
         pipeline.wait_for_room()
+        wait_ms = laps.lap()
         # Step 1. Stage (None: the WAL already holds this batch; apply what it holds).
-        started = time.monotonic()
         order_by = self.config.cdc.order_by if self.config.cdc else None
-        staged = stage(df, self.writer, batch_id, order_by)
-        stage_ms = (time.monotonic() - started) * 1000
+        times = StageTimes()
+        staged = stage(df, self.writer, batch_id, order_by, times)
+        stage_ms = laps.lap()
         planned = (
             batch_timestamp_ms(df.sparkSession, self._checkpoint, batch_id)
             if self._checkpoint
@@ -153,12 +163,27 @@ class WalSink(SinkInstance):
         )
         # Step 2. Hand over; returning lets Spark record the batch in its commit log.
         pipeline.submit(Handoff(batch_id, staged, planned))
+        parts = {
+            "plan": max(0.0, called_ms - planned) if planned is not None else 0.0,
+            "lease": lease_ms,
+            "wait": wait_ms,
+            "check": times.check_ms,
+            "write": times.write_ms,
+            "list": times.list_ms,
+            "delta": times.delta_ms,
+            "handoff": laps.lap(),
+        }
         self.last_stage = StageReport(
-            batch_id, staged.rows if staged else None, stage_ms, pipeline.pending
+            batch_id,
+            staged.rows if staged else None,
+            stage_ms,
+            pipeline.pending,
+            parts,
         )
         self.metrics.batches_staged.inc()
         self.metrics.last_staged_batch.set(batch_id)
         self.metrics.stage_seconds.observe(stage_ms / 1000)
+        self.metrics.observe_parts(parts)
         self.metrics.batches_pending.set(pipeline.pending)
 
     @property

@@ -13,10 +13,12 @@ No Delta jar is involved: the job runs on whatever Spark the user has.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -42,17 +44,52 @@ WRITE_CONF = {
 FOOTER_READERS = 8
 
 
+@dataclass
+class StageTimes:
+    """Where one ``stage`` call's time went, in milliseconds; parts it did not reach
+    stay 0 (a batch the WAL holds already stops after ``check_ms``)."""
+
+    check_ms: float = 0.0
+    """Reading the WAL's newest version: is this batch staged already?"""
+    write_ms: float = 0.0
+    """Spark's job: the executors writing the attempt's Parquet files (with the
+    Hadoop commit protocol's task and job commits)."""
+    list_ms: float = 0.0
+    """Listing the attempt's directory and reading its files' footers."""
+    delta_ms: float = 0.0
+    """The delta-rs commit of exactly those files."""
+
+
+class Laps:
+    """Milliseconds since the last ``lap``."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+
+    def lap(self) -> float:
+        now = time.perf_counter()
+        elapsed, self.last = (now - self.last) * 1000, now
+        return elapsed
+
+
 def stage(
-    df: DataFrame, writer: WalWriter, batch_id: int, order_by: str | None = None
+    df: DataFrame,
+    writer: WalWriter,
+    batch_id: int,
+    order_by: str | None = None,
+    times: StageTimes | None = None,
 ) -> StagedBatch | None:
     """Stage ``df`` as batch ``batch_id``; None when the WAL already holds it.
 
     With ``order_by`` (CDC) rows are range-partitioned and sorted on it first, so the
     ``_wal_seq`` given to each row follows ``order_by`` across the whole batch.
+    ``times``, when given, receives where the time went.
 
     Returns:
         The batch as this call committed it, files in apply order.
     """
+    times = times if times is not None else StageTimes()
+    clock = Laps()
     reserved = [c for c in df.columns if c.startswith(RESERVED_PREFIX)]
     if reserved:
         raise TerminalError(
@@ -62,6 +99,7 @@ def stage(
             batch_id=batch_id,
         )
     staged = writer.staged_version()
+    times.check_ms = clock.lap()
     if staged is not None and staged >= batch_id:
         return None
     if order_by is not None:
@@ -76,9 +114,13 @@ def stage(
         frame.write.mode("errorifexists").parquet(
             spark_uri(join(writer.location, attempt))
         )
+    times.write_ms = clock.lap()
     files, schema = attempt_files(writer, attempt, batch_id)
+    times.list_ms = clock.lap()
     faults.hit("stage.before_commit", batch_id)
-    if not writer.commit(batch_id, files, schema):
+    committed = writer.commit(batch_id, files, schema)
+    times.delta_ms = clock.lap()
+    if not committed:
         return None
     faults.hit("stage.after", batch_id)
     return StagedBatch.ordered(
