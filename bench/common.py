@@ -107,6 +107,13 @@ def upsert_rows(spark, count: int, first: int = 0):
     )
 
 
+def load_line(when: str) -> str:
+    """The machine's load averages, printed at a run's start and end: a run
+    disturbed by other work (1-minute load above the core count) is void."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average at the {when}: {one:.2f} {five:.2f} {fifteen:.2f}"
+
+
 def seconds(fn: Callable[[], object]) -> float:
     started = time.perf_counter()
     fn()

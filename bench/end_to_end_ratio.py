@@ -1,140 +1,321 @@
-"""End-to-end ratio: the streaming job (Parquet file source -> WAL -> MySQL, exactly
-once) vs. Spark's own JDBC append (MariaDB Connector/J, at-least-once) of the same
-rows into an identical empty table. Goal >= 1.0 (higher is better).
+"""End-to-end ratio: whole ``spark-submit`` runs over the same JSON files, from the
+first byte read to the process's exit, for the real job (``jobs/stream_to_mysql.py
+--available-now``: JSON files -> WAL -> MySQL exactly once, PER_TRIGGER files per
+micro-batch, the parse-error query beside it) against two baselines, each a
+``spark-submit`` of its own over the same files into an identical empty table:
 
-Usage: python -m bench.end_to_end_ratio [ROWS] [FILES]
-Both run in one SparkSession (local[2]) on the same input files, alternating: the
-job drains them with ``--available-now`` semantics, one file per micro-batch
-(``maxFilesPerTrigger = 1``), once on the row path and once with
-``mysql.local_infile``; the baseline is ``spark.read.parquet(...).write.jdbc(...)``
-with the writer's defaults. Each run starts from an empty table and a new sink id,
-WAL and checkpoint; the tables are compared at the end. The job's own per-batch log
-lines (``stage_ms``, ``commit_ms``) of the row path are summed up at the end.
+- Spark's JDBC append of the files read as one batch (bench/jdbc_batch_app.py,
+  MariaDB Connector/J, at-least-once, no upsert);
+- the hand-written at-least-once upsert (bench/upsert_app.py: the same files
+  streamed PER_TRIGGER per micro-batch, ``foreachPartition`` + PyMySQL
+  ``executemany`` of ``INSERT … ON DUPLICATE KEY UPDATE``).
+
+Goal >= 1.0 against both (baseline seconds / ours, higher is better).
+
+Usage: python -m bench.end_to_end_ratio [ROWS] [FILES] [PER_TRIGGER] [--repeat N]
+                                        [--writer foreach_batch|datasource]
+Defaults: 1,000,000 rows in 20 files, 5 files per trigger, 3 rounds. Each round
+runs the three sides one after another (ours first in odd rounds, last in even
+ones), each from an empty table and, for ours, a new sink id, WAL and checkpoint;
+the tables are compared at the end. After a warm-up of each (page cache, first
+tables), not counted.
+
+Where the time goes: for each of our runs, a timeline from its log (the job's own
+lines): start-up (spark-submit to the job's first line, to the lease, to the first
+batch's foreachBatch call), each batch's planning, stage (with its parts) and
+apply, the time Spark spends between two batches, the committer's idle time
+between its first and last apply, and the drain (last stage to the end of the
+query) and exit.
 """
 
 from __future__ import annotations
 
-import logging
+import argparse
+import json
 import re
 import statistics
-import sys
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
 
-from bench.common import Bench, ratio_line, seconds, spark_session
-from wal_sink.spark.job import run_job
+from bench.common import Bench, load_line
+from devtools.spark_job import REPO, SPARK_SUBMIT, JobProcess, job_env
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), label STRING, seq BIGINT"
 TABLE = (
     "(k VARCHAR(24) PRIMARY KEY, amount DECIMAL(12,2), label VARCHAR(32), "
     "seq BIGINT) ENGINE=InnoDB"
 )
+TABLES = {"ours": "job_target", "jdbc": "jdbc_target", "upsert": "upsert_target"}
+STAMP = "%Y-%m-%d %H:%M:%S,%f"
 
 
-class JobLines(logging.Handler):
-    """Collects the job's ``stage_ms`` and ``commit_ms`` while ``active``."""
+def landing(bench: Bench, rows: int, files: int) -> Path:
+    """``rows`` JSON records with unique keys in ``files`` files, written one after
+    another (the file source takes them in modification-time order)."""
+    path = bench.dir / "landing"
+    path.mkdir()
+    per_file = -(-rows // files)
+    for f in range(files):
+        ids = range(f * per_file, min(rows, (f + 1) * per_file))
+        text = "".join(
+            json.dumps(
+                {"k": f"key-{i}", "amount": i % 1000, "label": f"l-{i}", "seq": i}
+            )
+            + "\n"
+            for i in ids
+        )
+        (path / f"part-{f:05d}.json").write_text(text)
+    return path
 
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.active = False
-        self.stage: list[int] = []
-        self.commit: list[int] = []
 
-    def emit(self, record: logging.LogRecord) -> None:
-        if not self.active:
-            return
-        message = record.getMessage()
-        if m := re.search(r"staged: .*stage_ms=(\d+)", message):
-            self.stage.append(int(m.group(1)))
-        elif m := re.search(r"applied: .*commit_ms=(\d+)", message):
-            self.commit.append(int(m.group(1)))
+@dataclass
+class Batch:
+    batch_id: int
+    called: float = 0.0
+    """When foreachBatch was called (s since spark-submit started)."""
+    planned: float = 0.0
+    staged: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)
+    apply_start: float | None = None
+    applied: float | None = None
 
-    def summary(self) -> str:
-        def med(values: list[int]) -> str:
-            return f"{statistics.median(values):.0f}" if values else "-"
 
-        return (
-            f"row path, per batch: stage_ms median {med(self.stage)} "
-            f"({min(self.stage, default=0)}-{max(self.stage, default=0)}), "
-            f"commit_ms median {med(self.commit)} "
-            f"({min(self.commit, default=0)}-{max(self.commit, default=0)})"
+@dataclass
+class Timeline:
+    """One run of ours, read from its log; times in s since spark-submit started."""
+
+    total: float
+    first_line: float | None = None
+    lease: float | None = None
+    finished: float | None = None
+    batches: dict[int, Batch] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, log: Path, launched: float, total: float) -> Timeline:
+        staged = re.compile(r"batch (\d+) staged: rows=\S+ stage_ms=(\d+) (.*)$")
+        applied = re.compile(r"batch (\d+) applied: .*commit_ms=(\d+)")
+        line_time = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO wal_sink")
+        timeline = cls(total)
+        for line in log.read_text(errors="replace").splitlines():
+            m = line_time.match(line)
+            if not m:
+                continue
+            at = datetime.strptime(m.group(1), STAMP).timestamp() - launched
+            if timeline.first_line is None:
+                timeline.first_line = at
+            if "took lease" in line and timeline.lease is None:
+                timeline.lease = at
+            elif s := staged.search(line):
+                parts = {
+                    k: float(v) / 1000 for k, v in re.findall(r"(\w+)_ms=(\d+)", s[3])
+                }
+                batch = timeline.batches.setdefault(int(s[1]), Batch(int(s[1])))
+                batch.staged, batch.parts = at, parts
+                batch.called = at - sum(v for k, v in parts.items() if k != "plan")
+                batch.planned = batch.called - parts.get("plan", 0.0)
+            elif a := applied.search(line):
+                batch = timeline.batches.setdefault(int(a[1]), Batch(int(a[1])))
+                batch.applied = at
+                batch.apply_start = at - int(a[2]) / 1000
+            elif "query finished" in line:
+                timeline.finished = at
+        return timeline
+
+    def lines(self) -> list[str]:
+        def t(value: float | None) -> str:
+            return "-" if value is None else f"{value:.1f}"
+
+        batches = [self.batches[b] for b in sorted(self.batches)]
+        out = [
+            f"  start-up: job's first line at {t(self.first_line)} s, lease "
+            f"{t(self.lease)} s, first batch planned "
+            f"{t(batches[0].planned if batches else None)} s, called "
+            f"{t(batches[0].called if batches else None)} s"
+        ]
+        for b in batches:
+            parts = " ".join(
+                f"{k} {v:.2f}" for k, v in b.parts.items() if k not in ("plan",)
+            )
+            out.append(
+                f"  batch {b.batch_id}: planned {t(b.planned)}, stage "
+                f"{t(b.called)}-{t(b.staged)} ({parts}), apply "
+                f"{t(b.apply_start)}-{t(b.applied)}"
+            )
+        if batches:
+            spark_between = sum(
+                n.called - b.staged for b, n in zip(batches, batches[1:])
+            )
+            applies = [b for b in batches if b.applied is not None]
+            span = applies[-1].applied - applies[0].apply_start if applies else 0.0
+            busy = sum(
+                b.applied - b.apply_start
+                for b in {b.applied: b for b in applies}.values()
+            )  # batches of one transaction share its commit time
+            out.append(
+                f"  Spark between batches (commit log, next planning) "
+                f"{spark_between:.1f} s; Spark waiting for the first batch after "
+                f"the lease {batches[0].called - (self.lease or 0):.1f} s; "
+                f"committer idle between its first and last apply "
+                f"{span - busy:.1f} s of {span:.1f} s"
+            )
+            out.append(
+                f"  drain: last staged {t(batches[-1].staged)} s, last applied "
+                f"{t(applies[-1].applied if applies else None)} s, query finished "
+                f"{t(self.finished)} s, process exit {t(self.total)} s"
+            )
+        return out
+
+
+class Sides:
+    def __init__(self, bench: Bench, source: Path, per_trigger: int, writer: str):
+        self.bench = bench
+        self.source = source
+        self.per_trigger = per_trigger
+        self.writer = writer
+        self.count = 0
+
+    def _timed(self, args: list[str], log: Path) -> float:
+        started = time.perf_counter()
+        with open(log, "ab") as out:
+            proc = subprocess.run(
+                args, cwd=REPO, env=job_env(), stdout=out, stderr=subprocess.STDOUT
+            )
+        elapsed = time.perf_counter() - started
+        assert proc.returncode == 0, log.read_text(errors="replace")[-3000:]
+        return elapsed
+
+    def ours(self) -> tuple[float, Timeline]:
+        self.count += 1
+        sink_id = f"e2e_{self.count}"
+        config = self.bench.dir / f"{sink_id}.toml"
+        config.write_text(f"""
+[sink]
+id = "{sink_id}"
+[source]
+format = "json"
+path = "{self.source}"
+schema = "{SCHEMA}"
+options = {{ maxFilesPerTrigger = {self.per_trigger} }}
+[wal]
+path = "{self.bench.dir / ("wal_" + sink_id)}"
+[mysql]
+url = "{self.bench.mariadb.sink_url("bench")}"
+table = "{TABLES["ours"]}"
+key = ["k"]
+[job]
+checkpoint = "{self.bench.dir / ("checkpoint_" + sink_id)}"
+writer = "{self.writer}"
+""")
+        self.bench.sql(f"TRUNCATE {TABLES['ours']}")
+        log = self.bench.dir / f"{sink_id}.log"
+        launched = time.time()
+        started = time.perf_counter()
+        job = JobProcess(config, log, "--available-now", env=job_env())
+        code = job.wait(timeout=1800)
+        elapsed = time.perf_counter() - started
+        assert code == 0, job.tail()
+        return elapsed, Timeline.read(log, launched, elapsed)
+
+    def jdbc(self) -> float:
+        self.count += 1
+        self.bench.sql(f"TRUNCATE {TABLES['jdbc']}")
+        return self._timed(
+            [
+                SPARK_SUBMIT,
+                str(REPO / "bench" / "jdbc_batch_app.py"),
+                str(self.source),
+                SCHEMA,
+                self.bench.jdbc_url,
+                TABLES["jdbc"],
+            ],
+            self.bench.dir / f"jdbc_{self.count}.log",
+        )
+
+    def upsert(self) -> float:
+        self.count += 1
+        self.bench.sql(f"TRUNCATE {TABLES['upsert']}")
+        return self._timed(
+            [
+                SPARK_SUBMIT,
+                str(REPO / "bench" / "upsert_app.py"),
+                str(self.source),
+                SCHEMA,
+                str(self.bench.dir / f"checkpoint_upsert_{self.count}"),
+                str(self.bench.mariadb.port),
+                TABLES["upsert"],
+                str(self.per_trigger),
+            ],
+            self.bench.dir / f"upsert_{self.count}.log",
         )
 
 
-def main(rows: int = 400_000, files: int = 4, repeat: int = 3) -> None:
-    lines = JobLines()
-    job_log = logging.getLogger("wal_sink.job")
-    job_log.addHandler(lines)
-    job_log.setLevel(logging.INFO)
+def main(
+    rows: int = 1_000_000,
+    files: int = 20,
+    per_trigger: int = 5,
+    repeat: int = 3,
+    writer: str = "foreach_batch",
+) -> None:
+    print(load_line("start"))
     with Bench("e2e") as bench:
-        spark = spark_session()
-        source = str(bench.dir / "landing")
-        spark.range(rows, numPartitions=files).selectExpr(
-            "concat('key-', id) AS k",
-            "cast(id % 1000 AS decimal(12,2)) AS amount",
-            "concat('label-', id) AS label",
-            "id AS seq",
-        ).write.parquet(source)
-        bench.sql(
-            *(
-                f"CREATE TABLE {t} {TABLE}"
-                for t in ("job_rows", "job_load", "jdbc_target")
-            )
-        )
-
-        def job(table: str, run: int, **mysql: object) -> None:
-            sink_id = f"{table}_{run}"
-            config = bench.config(
-                table,
-                sink_id=sink_id,
-                merge={},
-                **mysql,
-                sections={
-                    "source": {
-                        "format": "parquet",
-                        "path": source,
-                        "schema": SCHEMA,
-                        "options": {"maxFilesPerTrigger": 1},
-                    },
-                    "job": {"checkpoint": str(bench.dir / f"checkpoint_{sink_id}")},
-                },
-            )
-            assert run_job(config, available_now=True, spark=spark) == 0
-
-        def jdbc() -> None:
-            bench.jdbc_append(spark.read.schema(SCHEMA).parquet(source), "jdbc_target")
-
-        # warm-up of both (JIT, class loading, Delta's first snapshot), not counted
-        job("job_rows", 0)
-        jdbc()
-        row_path, load_path, baseline = [], [], []
-        for run in range(1, repeat + 1):
-            bench.sql("TRUNCATE job_rows", "TRUNCATE job_load", "TRUNCATE jdbc_target")
-            lines.active = True
-            row_path.append(rows / seconds(lambda: job("job_rows", run)))
-            lines.active = False
-            load_path.append(
-                rows / seconds(lambda: job("job_load", run, local_infile=True))
-            )
-            baseline.append(rows / seconds(jdbc))
-        checksums = {
-            t: bench.sql(f"CHECKSUM TABLE {t}")[0][1]
-            for t in ("job_rows", "job_load", "jdbc_target")
+        bench.sql(*(f"CREATE TABLE {t} {TABLE}" for t in TABLES.values()))
+        sides = Sides(bench, landing(bench, rows, files), per_trigger, writer)
+        run = {
+            "ours": lambda: sides.ours()[0],
+            "jdbc": sides.jdbc,
+            "upsert": sides.upsert,
         }
-        assert len(set(checksums.values())) == 1, f"results differ: {checksums}"
-        print(
-            f"rows: {rows} in {files} files; job, row path "
-            f"{[f'{r:,.0f}' for r in row_path]} rows/s; job, LOAD DATA path "
-            f"{[f'{r:,.0f}' for r in load_path]} rows/s; Spark JDBC append "
-            f"{[f'{r:,.0f}' for r in baseline]} rows/s"
-        )
-        print(ratio_line("end-to-end ratio, row path", row_path, baseline, ">= 1.0"))
-        print(lines.summary())
-        print(
-            ratio_line(
-                "end-to-end ratio, LOAD DATA path", load_path, baseline, ">= 1.0"
+        for side in run.values():  # warm-up, not counted
+            side()
+        times: dict[str, list[float]] = {side: [] for side in run}
+        timelines: list[Timeline] = []
+        for r in range(repeat):
+            order = ["ours", "jdbc", "upsert"]
+            for side in order if r % 2 == 0 else order[::-1]:
+                if side == "ours":
+                    elapsed, timeline = sides.ours()
+                    timelines.append(timeline)
+                else:
+                    elapsed = run[side]()
+                times[side].append(elapsed)
+            print(
+                f"round {r + 1}: ours {times['ours'][-1]:.1f} s, JDBC append "
+                f"{times['jdbc'][-1]:.1f} s, upsert {times['upsert'][-1]:.1f} s; "
+                + load_line("end of the round")
             )
+        checksums = {t: bench.sql(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES.values()}
+        assert len(set(checksums.values())) == 1, f"results differ: {checksums}"
+        ours = statistics.median(times["ours"])
+        print(
+            f"{rows:,} rows in {files} JSON files, {per_trigger} files per trigger, "
+            f"job.writer = {writer}, {repeat} alternating rounds"
         )
-        spark.stop()
+        for side, label in (
+            ("jdbc", "Spark's JDBC append (batch read)"),
+            ("upsert", "hand-written at-least-once upsert"),
+        ):
+            base = statistics.median(times[side])
+            per_round = [b / o for b, o in zip(times[side], times["ours"])]
+            print(
+                f"end-to-end ratio vs {label}: {base / ours:.2f} (goal >= 1.0; "
+                f"median {ours:.1f} s vs {base:.1f} s; per round "
+                f"{', '.join(f'{p:.2f}' for p in per_round)})"
+            )
+        for i, timeline in enumerate(timelines, 1):
+            print(f"timeline of our run {i} ({timeline.total:.1f} s):")
+            print("\n".join(timeline.lines()))
+    print(load_line("end"))
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("counts", nargs="*", type=int, default=[1_000_000, 20, 5])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--writer", choices=("foreach_batch", "datasource"), default="foreach_batch"
+    )
+    args = parser.parse_args()
+    main(*args.counts[:3], repeat=args.repeat, writer=args.writer)

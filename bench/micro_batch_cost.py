@@ -45,7 +45,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from bench.common import Bench, ratio_line
+from bench.common import Bench, load_line, ratio_line
 from devtools.spark_job import REPO, SPARK_SUBMIT, JobProcess, job_env
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), label STRING, seq BIGINT"
@@ -327,6 +327,7 @@ def main(
     logs: Path | None = None,
     show_breakdown: bool = False,
 ) -> None:
+    print(load_line("start"))
     with Bench("microbatch") as bench:
         bench.sql(
             f"CREATE TABLE job_target {TABLE}", f"CREATE TABLE jdbc_target {TABLE}"
@@ -396,6 +397,7 @@ def main(
             logs.mkdir(parents=True, exist_ok=True)
             for log in bench.dir.glob("*.log"):
                 shutil.copy(log, logs / log.name)
+    print(load_line("end"))
 
 
 def _s(values: list[float], digits: int = 1) -> str:
