@@ -65,6 +65,9 @@ class DataSourcePath:
     def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
         return writer.format(NAME).option("config", self.config_path)
 
+    def fold_parse_errors(self, frame: DataFrame) -> bool:
+        return False  # the data source stages the query's rows as they come
+
     def check(self) -> None:
         code = self.follower.poll()
         if code is not None:

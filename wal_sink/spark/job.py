@@ -26,6 +26,7 @@ from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.pipeline import Applied, describe
 from wal_sink.protocol.recovery import check_checkpoint
 from wal_sink.spark.checkpoint import last_planned_batch
+from wal_sink.spark.parse_errors import ParseErrorRunner, ParseFold, can_fold
 from wal_sink.spark.restart import RestartPolicy
 from wal_sink.spark.sink import WalSink, check_stream
 from wal_sink.spark.source import (
@@ -34,13 +35,12 @@ from wal_sink.spark.source import (
     read_source,
     streaming_frame,
 )
+from wal_sink.spark.staging import Laps
 from wal_sink.spark.stop import GracefulStop
-from wal_sink.wal.quarantine import Entry, Quarantine
 
 log = logging.getLogger("wal_sink.job")
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
-PARSE_STREAM = "parse"
 PARSE_CHECKPOINT_SUFFIX = "_parse_errors"
 # The parse-error query triggers this many times less often than the sink's, taking
 # that many times more input per trigger: its records are rare, and each trigger
@@ -52,11 +52,13 @@ PARSE_TRIGGER_FACTOR = 10
 
 class BatchRunner:
     """The foreachBatch function: one batch staged through the sink, one log line;
-    the committer thread logs the batch again when it is applied."""
+    the committer thread logs the batch again when it is applied. With ``fold``
+    the batch is the raw source's, split by it (parse_errors.py)."""
 
     def __init__(self, sink: WalSink, stop: GracefulStop) -> None:
         self.sink = sink
         self.stop = stop
+        self.fold: ParseFold | None = None
         self.failure: BaseException | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -64,7 +66,17 @@ class BatchRunner:
             if self.stop.stopping:
                 raise StopRequested("stopping: this batch is left for the next start")
             try:
-                self.sink.foreach_batch(df, batch_id)
+                if self.fold is None:
+                    self.sink.foreach_batch(df, batch_id)
+                else:
+                    rows, record_errors = self.fold.rows(df)
+                    self.sink.foreach_batch(rows, batch_id)
+                    laps = Laps()
+                    record_errors(batch_id, self.sink.last_stage.rows is not None)
+                    self.sink.last_stage.parts["errors"] = laps.lap()
+                    self.sink.metrics.observe_parts(
+                        {"errors": self.sink.last_stage.parts["errors"]}
+                    )
             except BaseException as e:
                 self.failure = e
                 raise
@@ -85,37 +97,6 @@ class BatchRunner:
 def log_applied(applied: Applied) -> None:
     """The committer's line for each batch it finished."""
     log.info("%s", describe(applied))
-
-
-class ParseErrorRunner:
-    """foreachBatch of the parse-error stream: raw records into the quarantine.
-
-    Only records Spark could not parse reach it, so collecting them is bounded by the
-    garbage in the source, not by the batch size.
-    """
-
-    def __init__(self, config: Config) -> None:
-        self.quarantine = Quarantine(
-            config.quarantine_path, config.sink.id, storage=config.storage
-        )
-        self.app_id = f"{config.sink.id}:{PARSE_STREAM}"  # ':' is not in a sink id
-        self.reason = (
-            f"could not parse as {config.source.format} with source.schema "
-            "(parse-error stream batch {batch})"
-        )
-
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        entries = [
-            Entry({"raw": row[0]}, self.reason.format(batch=batch_id))
-            for row in df.select(CORRUPT_COLUMN).collect()
-        ]
-        self.quarantine.record(self.app_id, batch_id, entries)
-        if entries:
-            log.warning(
-                "%d unparseable record(s) quarantined in %s",
-                len(entries),
-                self.quarantine.path,
-            )
 
 
 def start_query(
@@ -150,13 +131,17 @@ def start_queries(
     checkpoint: str,
     available_now: bool,
     frame: DataFrame,
+    source: DataFrame,
 ) -> list[StreamingQuery]:
     """The sink's query over ``frame`` and, for parsed formats, the parse-error query
-    beside it."""
+    beside it — unless ``path`` sets parse errors aside in the sink's own batches,
+    whose query then runs over the raw ``source``."""
     name = f"wal_sink_{config.sink.id}".replace("-", "_").replace(".", "_")
+    parsed = CORRUPT_COLUMN in source.columns
+    folded = parsed and path.fold_parse_errors(frame)
     queries = [
         start_query(
-            frame,
+            source if folded else frame,
             name,
             path.attach,
             checkpoint,
@@ -165,7 +150,11 @@ def start_queries(
             config.job.output_mode,
         )
     ]
-    corrupt = corrupt_records(read_source(spark, config, PARSE_TRIGGER_FACTOR))
+    corrupt = (
+        None
+        if folded
+        else corrupt_records(read_source(spark, config, PARSE_TRIGGER_FACTOR))
+    )
     if corrupt is not None:
         side_checkpoint = checkpoint.rstrip("/") + PARSE_CHECKPOINT_SUFFIX
         side = ParseErrorRunner(config)
@@ -202,6 +191,11 @@ class SinkPath(Protocol):
 
     def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
         """The sink on the query's writer."""
+
+    def fold_parse_errors(self, frame: DataFrame) -> bool:
+        """Whether this path sets a parsed source's unparseable records aside in
+        the sink's own batches (parse_errors.py), its query running over the raw
+        source; else a parse-error query runs beside it."""
 
     def check(self) -> None:
         """Raise what stopped the applying side, if anything did."""
@@ -245,6 +239,12 @@ class ForeachBatchPath:
 
     def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
         return writer.foreachBatch(self.runner)
+
+    def fold_parse_errors(self, frame: DataFrame) -> bool:
+        if not can_fold(self.config, frame):
+            return False
+        self.runner.fold = ParseFold(self.config)
+        return True
 
     def check(self) -> None:
         self.sink.check()  # a committer failure stops the job, even when idle
@@ -324,10 +324,17 @@ def run_job(
             path = ForeachBatchPath(config, stop, metrics)
         queries: list[StreamingQuery] = []
         try:
-            frame = streaming_frame(spark, config, read_source(spark, config))
+            source = read_source(spark, config)
+            frame = streaming_frame(spark, config, source)
             path.start(spark, frame)
             queries = start_queries(
-                spark, config, path, config.job.checkpoint, available_now, frame
+                spark,
+                config,
+                path,
+                config.job.checkpoint,
+                available_now,
+                frame,
+                source,
             )
             while any(q.isActive for q in queries):
                 for query in queries:

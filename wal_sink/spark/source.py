@@ -77,9 +77,7 @@ def streaming_frame(
     spark: SparkSession, config: Config, source: DataFrame
 ) -> DataFrame:
     """Parsed source rows plus transform: what each micro-batch hands to the sink."""
-    df = source
-    if CORRUPT_COLUMN in df.columns:
-        df = df.where(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN)
+    df = parsed_rows(source)
     transform = config.transform
     if transform is None:
         return df
@@ -88,7 +86,20 @@ def streaming_frame(
         if wm.expr:
             df = df.withColumn(wm.column, F.expr(wm.expr))
         df = df.withWatermark(wm.column, wm.delay)
-    if not transform.sql:
+    return transformed(spark, config, df)
+
+
+def parsed_rows(source: DataFrame) -> DataFrame:
+    """The rows Spark could parse, without ``_wal_corrupt``."""
+    if CORRUPT_COLUMN not in source.columns:
+        return source
+    return source.where(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN)
+
+
+def transformed(spark: SparkSession, config: Config, df: DataFrame) -> DataFrame:
+    """``[transform] sql`` over ``df`` as the view ``source`` in ``spark``."""
+    transform = config.transform
+    if transform is None or not transform.sql:
         return df
     df.createOrReplaceTempView(SOURCE_VIEW)
     return spark.sql(transform.sql)
