@@ -14,9 +14,12 @@ Goal >= 1.0 against both (baseline seconds / ours, higher is better).
 
 Usage: python -m bench.end_to_end_ratio [ROWS] [FILES] [PER_TRIGGER] [--repeat N]
                                         [--writer foreach_batch|datasource]
+                                        [--before DIR]
 Defaults: 1,000,000 rows in 20 files, 5 files per trigger, 3 rounds. Each round
 runs the three sides one after another (ours first in odd rounds, last in even
-ones), each from an empty table and, for ours, a new sink id, WAL and checkpoint;
+ones; ``--before DIR`` adds the job with wal_sink imported from another checkout,
+``git archive REF | tar -x -C DIR``, to judge a change in the same rounds), each
+from an empty table and, for ours, a new sink id, WAL and checkpoint;
 the tables are compared at the end. After a warm-up of each (page cache, first
 tables), not counted.
 
@@ -49,6 +52,10 @@ TABLE = (
     "seq BIGINT) ENGINE=InnoDB"
 )
 TABLES = {"ours": "job_target", "jdbc": "jdbc_target", "upsert": "upsert_target"}
+LABELS = {
+    "jdbc": "Spark's JDBC append (batch read)",
+    "upsert": "hand-written at-least-once upsert",
+}
 STAMP = "%Y-%m-%d %H:%M:%S,%f"
 
 
@@ -187,7 +194,8 @@ class Sides:
         assert proc.returncode == 0, log.read_text(errors="replace")[-3000:]
         return elapsed
 
-    def ours(self) -> tuple[float, Timeline]:
+    def ours(self, code: Path | None = None) -> tuple[float, Timeline]:
+        """The job, with wal_sink imported from ``code`` when given."""
         self.count += 1
         sink_id = f"e2e_{self.count}"
         config = self.bench.dir / f"{sink_id}.toml"
@@ -213,7 +221,8 @@ writer = "{self.writer}"
         log = self.bench.dir / f"{sink_id}.log"
         launched = time.time()
         started = time.perf_counter()
-        job = JobProcess(config, log, "--available-now", env=job_env())
+        env = job_env(**({"PYTHONPATH": str(code)} if code else {}))
+        job = JobProcess(config, log, "--available-now", env=env)
         code = job.wait(timeout=1800)
         elapsed = time.perf_counter() - started
         assert code == 0, job.tail()
@@ -258,55 +267,61 @@ def main(
     per_trigger: int = 5,
     repeat: int = 3,
     writer: str = "foreach_batch",
+    before: Path | None = None,
 ) -> None:
     print(load_line("start"))
     with Bench("e2e") as bench:
         bench.sql(*(f"CREATE TABLE {t} {TABLE}" for t in TABLES.values()))
         sides = Sides(bench, landing(bench, rows, files), per_trigger, writer)
+        timelines: dict[str, list[Timeline]] = {"ours": [], "before": []}
+
+        def ours(code: Path | None, side: str) -> float:
+            elapsed, timeline = sides.ours(code)
+            timelines[side].append(timeline)
+            return elapsed
+
         run = {
-            "ours": lambda: sides.ours()[0],
+            "ours": lambda: ours(None, "ours"),
             "jdbc": sides.jdbc,
             "upsert": sides.upsert,
         }
+        if before is not None:
+            run["before"] = lambda: ours(before, "before")
         for side in run.values():  # warm-up, not counted
             side()
+        timelines = {side: [] for side in timelines}
         times: dict[str, list[float]] = {side: [] for side in run}
-        timelines: list[Timeline] = []
         for r in range(repeat):
-            order = ["ours", "jdbc", "upsert"]
+            order = list(run)
             for side in order if r % 2 == 0 else order[::-1]:
-                if side == "ours":
-                    elapsed, timeline = sides.ours()
-                    timelines.append(timeline)
-                else:
-                    elapsed = run[side]()
-                times[side].append(elapsed)
+                times[side].append(run[side]())
             print(
-                f"round {r + 1}: ours {times['ours'][-1]:.1f} s, JDBC append "
-                f"{times['jdbc'][-1]:.1f} s, upsert {times['upsert'][-1]:.1f} s; "
+                f"round {r + 1}: "
+                + ", ".join(f"{side} {times[side][-1]:.1f} s" for side in run)
+                + "; "
                 + load_line("end of the round")
             )
         checksums = {t: bench.sql(f"CHECKSUM TABLE {t}")[0][1] for t in TABLES.values()}
         assert len(set(checksums.values())) == 1, f"results differ: {checksums}"
-        ours = statistics.median(times["ours"])
         print(
             f"{rows:,} rows in {files} JSON files, {per_trigger} files per trigger, "
             f"job.writer = {writer}, {repeat} alternating rounds"
         )
-        for side, label in (
-            ("jdbc", "Spark's JDBC append (batch read)"),
-            ("upsert", "hand-written at-least-once upsert"),
-        ):
-            base = statistics.median(times[side])
-            per_round = [b / o for b, o in zip(times[side], times["ours"])]
-            print(
-                f"end-to-end ratio vs {label}: {base / ours:.2f} (goal >= 1.0; "
-                f"median {ours:.1f} s vs {base:.1f} s; per round "
-                f"{', '.join(f'{p:.2f}' for p in per_round)})"
-            )
-        for i, timeline in enumerate(timelines, 1):
-            print(f"timeline of our run {i} ({timeline.total:.1f} s):")
-            print("\n".join(timeline.lines()))
+        for side in ("ours", "before") if before is not None else ("ours",):
+            mine = statistics.median(times[side])
+            name = "this code" if side == "ours" else f"the code in {before}"
+            for base_side, label in LABELS.items():
+                base = statistics.median(times[base_side])
+                per_round = [b / o for b, o in zip(times[base_side], times[side])]
+                print(
+                    f"end-to-end ratio, {name}, vs {label}: {base / mine:.2f} (goal "
+                    f">= 1.0; median {mine:.1f} s vs {base:.1f} s; per round "
+                    f"{', '.join(f'{p:.2f}' for p in per_round)})"
+                )
+        for side, runs in timelines.items():
+            for i, timeline in enumerate(runs, 1):
+                print(f"timeline of {side} run {i} ({timeline.total:.1f} s):")
+                print("\n".join(timeline.lines()))
     print(load_line("end"))
 
 
@@ -317,5 +332,11 @@ if __name__ == "__main__":
     parser.add_argument(
         "--writer", choices=("foreach_batch", "datasource"), default="foreach_batch"
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="also run the job with wal_sink imported from this checkout, e.g. "
+        "the code before a change, alternating with the others",
+    )
     args = parser.parse_args()
-    main(*args.counts[:3], repeat=args.repeat, writer=args.writer)
+    main(*args.counts[:3], repeat=args.repeat, writer=args.writer, before=args.before)

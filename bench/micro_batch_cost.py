@@ -8,7 +8,7 @@ streamed through ``foreachBatch`` + ``df.write.jdbc`` append (bench/jdbc_append_
 MariaDB Connector/J). Goal >= 1.0: baseline cost / ours (higher is better).
 
 Usage: python -m bench.micro_batch_cost [FEW MANY] [--repeat N] [--no-profile]
-                                        [--breakdown] [--logs DIR]
+                                        [--breakdown] [--before DIR] [--logs DIR]
 Each side runs once over FEW files and once over MANY (default 5 and 45), as a new
 process with a new checkpoint, WAL, sink id and an emptied table each time; the
 per-batch cost is the slope (t_many - t_few) / (MANY - FEW), so JVM start-up and
@@ -29,7 +29,9 @@ of the parse-error query beside ours, then the parts of the job's ``staged`` lin
 WAL's version check, the executors' write, listing and footers, the delta-rs
 commit; ``handoff``) and the committer's ``commit_ms``. The data source's
 ``staged`` line is logged in Spark's Python worker, so its column has Spark's
-parts only.
+parts only. ``--before DIR`` adds a side: the foreach_batch job with wal_sink
+imported from another checkout (``git archive REF | tar -x -C DIR``), so a change is
+judged against the code before it in the same alternating rounds.
 """
 
 from __future__ import annotations
@@ -104,10 +106,15 @@ class Runs:
         return ("--conf", f"spark.driver.extraJavaOptions={option}")
 
     def ours(
-        self, source: Path, files: int, writer: str, profile: bool = False
+        self,
+        source: Path,
+        files: int,
+        writer: str,
+        profile: bool = False,
+        code: Path | None = None,
     ) -> tuple[float, Path]:
-        """The real job over ``source`` with ``job.writer = writer``: (seconds, its
-        log)."""
+        """The real job over ``source`` with ``job.writer = writer``, with wal_sink
+        imported from ``code`` when given: (seconds, its log)."""
         self.count += 1
         sink_id = f"job_{files}_{self.count}"
         config = self.bench.dir / f"{sink_id}.toml"
@@ -136,7 +143,7 @@ writer = "{writer}"
             config,
             log,
             "--available-now",
-            env=job_env(),
+            env=job_env(**({"PYTHONPATH": str(code)} if code else {})),
             submit_args=self._profile_args(profile),
         )
         code = job.wait()
@@ -326,6 +333,7 @@ def main(
     profile: bool = True,
     logs: Path | None = None,
     show_breakdown: bool = False,
+    before: Path | None = None,
 ) -> None:
     print(load_line("start"))
     with Bench("microbatch") as bench:
@@ -334,20 +342,24 @@ def main(
         )
         sources = {few: landing(bench, few), many: landing(bench, many)}
         runs = Runs(bench)
+        # Our sides: (writer, the code's checkout or None for this one).
+        ours = {writer: (writer, None) for writer in WRITERS}
+        if before is not None:
+            ours["before"] = ("foreach_batch", before)
         # warm-up of each (page cache, first MariaDB tables), not counted
-        for writer in WRITERS:
-            runs.ours(sources[few], few, writer)
+        for writer, code in ours.values():
+            runs.ours(sources[few], few, writer, code=code)
         runs.baseline(sources[few], few)
-        sides = (*WRITERS, "baseline")
+        sides = (*ours, "baseline")
         times = {side: {few: [], many: []} for side in sides}
-        many_logs: dict[str, list[Path]] = {writer: [] for writer in WRITERS}
+        many_logs: dict[str, list[Path]] = {side: [] for side in ours}
         for _ in range(repeat):
             for files in (many, few):
-                for writer in WRITERS:
-                    elapsed, log = runs.ours(sources[files], files, writer)
-                    times[writer][files].append(elapsed)
+                for side, (writer, code) in ours.items():
+                    elapsed, log = runs.ours(sources[files], files, writer, code=code)
+                    times[side][files].append(elapsed)
                     if files == many:
-                        many_logs[writer].append(log)
+                        many_logs[side].append(log)
                 times["baseline"][files].append(runs.baseline(sources[files], files)[0])
         slope = {
             side: [
@@ -358,11 +370,13 @@ def main(
         }
         for side in sides:
             label = "JDBC append" if side == "baseline" else f"job ({side})"
+            if side == "before":
+                label = f"job (foreach_batch, the code in {before})"
             print(
                 f"{label}: {few} files {_s(times[side][few])}, {many} files "
                 f"{_s(times[side][many])}; per batch {_s(slope[side], 3)}"
             )
-        for writer in WRITERS:
+        for writer in ours:
             print(
                 ratio_line(
                     f"micro-batch cost ratio, {writer} (baseline cost / ours)",
@@ -377,9 +391,9 @@ def main(
         if profile or show_breakdown:
             print("Spark's streaming progress (one more run each, logged):")
             profiled: dict[str, Path] = {}
-            for writer in WRITERS:
-                _, profiled[writer] = runs.ours(
-                    sources[many], many, writer, profile=True
+            for side, (writer, code) in ours.items():
+                _, profiled[side] = runs.ours(
+                    sources[many], many, writer, profile=True, code=code
                 )
             _, profiled["JDBC append"] = runs.baseline(
                 sources[many], many, profile=True
@@ -415,6 +429,12 @@ if __name__ == "__main__":
         action="store_true",
         help="print the median of each part of a micro-batch for each side",
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="also run the job (foreach_batch) with wal_sink imported from this "
+        "checkout, e.g. the code before a change, alternating with the others",
+    )
     args = parser.parse_args()
     main(
         *args.counts[:2],
@@ -422,4 +442,5 @@ if __name__ == "__main__":
         profile=not args.no_profile,
         logs=args.logs,
         show_breakdown=args.breakdown,
+        before=args.before,
     )
