@@ -28,13 +28,14 @@ BATCHES = [
 WRITER = Path(__file__).with_name("writer_app.py")
 
 
-def write_config(path: Path, db, tmp: Path) -> None:
+def write_config(path: Path, db, tmp: Path, driver_stage_rows: int = 0) -> None:
     path.write_text(f"""
 [sink]
 id = "crashy"
 
 [wal]
 path = "{tmp / "wal"}"
+driver_stage_rows = {driver_stage_rows}
 
 [mysql]
 url = "{db.url}"
@@ -77,16 +78,22 @@ def unreferenced_parquet(wal: Path, batch_id: int) -> int:
 
 
 @pytest.mark.parametrize(
-    "point",
+    ("point", "staging"),
     [
-        "stage.during",
-        "stage.before_commit",
-        "stage.after",
-        "commit.before_commit",
-        "commit.after_commit",
+        ("stage.during", "executors"),
+        ("stage.before_commit", "executors"),
+        ("stage.after", "executors"),
+        # a small batch's one file written from the driver (wal.driver_stage_rows)
+        ("stage.during", "driver"),
+        ("stage.before_commit", "driver"),
+        ("stage.after", "driver"),
+        ("commit.before_commit", "driver"),
+        ("commit.after_commit", "driver"),
     ],
 )
-def test_kill_at_protocol_step_then_restart_is_exact(point, db, mariadb, tmp_path):
+def test_kill_at_protocol_step_then_restart_is_exact(
+    point, staging, db, mariadb, tmp_path
+):
     db.execute("DROP TABLE IF EXISTS crash_totals")
     db.execute("DROP TABLE IF EXISTS wal_sink_ack")
     db.execute("DROP TABLE IF EXISTS wal_sink_lease")
@@ -96,7 +103,7 @@ def test_kill_at_protocol_step_then_restart_is_exact(point, db, mariadb, tmp_pat
     )
     expected = write_landing(tmp_path / "landing", BATCHES)
     config = tmp_path / "sink.toml"
-    write_config(config, db, tmp_path)
+    write_config(config, db, tmp_path, 10_000 if staging == "driver" else 0)
     log = tmp_path / "writer.log"
 
     code = run_writer(config, tmp_path / "landing", f"{point}:1", log)

@@ -27,7 +27,7 @@ from deltalake import DeltaTable
 
 from tests.conftest import REPO
 from tests.integration.test_types import SCHEMA, rows
-from wal_sink.spark.staging import WRITE_CONF, session_conf, stage
+from wal_sink.spark.staging import WRITE_CONF, StageTimes, session_conf, stage
 from wal_sink.storage import Storage
 from wal_sink.wal.maintenance import delete_batches
 from wal_sink.wal.quarantine import Entry, Quarantine
@@ -172,6 +172,54 @@ def test_delta_spark_reads_exactly_what_was_staged_and_quarantined(spark, tmp_pa
     assert sorted(map(columns, ds_rows), key=by_k) == sorted(
         (columns(r) for r in spark_rows if r["_wal_batch_id"] == 2), key=by_k
     )
+
+
+def test_batches_staged_from_the_driver_read_back_as_the_executors(spark, tmp_path):
+    """A batch of at most ``wal.driver_stage_rows`` rows is one Parquet file written
+    from the driver: delta-spark and delta-rs/pyarrow read it exactly as the same
+    rows staged by the executors, every type, schema evolution and an empty batch
+    included; one row more than the threshold goes to the executors."""
+    wal = str(tmp_path / "wal")
+    writer = WalWriter(wal, "driver")
+    full = spark.createDataFrame(rows(), SCHEMA)
+    n = full.count()
+    paths = {}
+    for batch_id, df, limit in [
+        (0, full.drop("ntz", "void_s").repartition(2), n),  # creates the WAL
+        (1, full.repartition(3), n),  # adds two columns
+        (2, full.repartition(3), 0),  # the executors
+        (3, full.limit(0), n),  # empty
+        (4, full.repartition(2), n - 1),  # one row too many
+    ]:
+        times = StageTimes()
+        staged = stage(df, writer, batch_id, times=times, driver_rows=limit)
+        paths[batch_id] = (times.from_driver, len(staged.files))
+    assert [paths[b][0] for b in range(5)] == [True, True, False, True, False]
+    assert paths[1] == (True, 1) and paths[2][1] == 3 and paths[3] == (True, 1)
+
+    got = read_with_delta_spark(tmp_path / "read.json", wal)
+
+    by_seq = lambda r: (r["_wal_batch_id"], r["_wal_seq"])  # noqa: E731
+    spark_rows = sorted(got["tables"][wal]["rows"], key=by_seq)
+    assert spark_rows == sorted(read_with_pyarrow(wal), key=by_seq)
+    for field in ("d38s:decimal(38,18)", "ts:timestamp", "ntz:timestamp_ntz"):
+        assert field in got["tables"][wal]["schema"]
+
+    def batch(b: int) -> list[dict[str, Any]]:
+        return sorted(
+            (
+                {k: v for k, v in r.items() if not k.startswith("_wal_")}
+                for r in spark_rows
+                if r["_wal_batch_id"] == b
+            ),
+            key=lambda r: r["k"],
+        )
+
+    assert len(batch(2)) == n and batch(1) == batch(2) == batch(4)
+    assert batch(0) == [{**r, "ntz": None, "void_s": None} for r in batch(2)]
+    assert batch(3) == []
+    seqs = [r["_wal_seq"] for r in spark_rows if r["_wal_batch_id"] == 1]
+    assert seqs == list(range(n)), "the driver numbers its rows from 0"
 
 
 def fields(schema: str) -> set[str]:

@@ -16,7 +16,7 @@ import pytest
 from wal_sink.mysql.bulk_load import BulkLoader
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.protocol.sink_instance import SinkInstance
-from wal_sink.spark.staging import stage
+from wal_sink.spark.staging import StageTimes, stage
 from wal_sink.wal.reader import WalReader
 from wal_sink.wal.writer import WalWriter
 
@@ -275,7 +275,7 @@ def calls(monkeypatch) -> dict[str, int]:
     return counts
 
 
-def run(spark, db, make_config, tmp_path, name, data, schema, ddl, path):
+def run(spark, db, make_config, tmp_path, name, data, schema, ddl, path, driver_rows=0):
     db.execute(f"DROP TABLE IF EXISTS {name}")
     db.execute(f"CREATE TABLE {name} {ddl}")
     config = make_config(
@@ -285,24 +285,42 @@ def run(spark, db, make_config, tmp_path, name, data, schema, ddl, path):
         config, mysql=replace(config.mysql, local_infile=path == "local_infile")
     )
     committer = SinkInstance(config).start()
+    times = StageTimes()
     staged = stage(
         spark.createDataFrame(data, schema).repartition(3),
         WalWriter(config.wal_path, name),
         0,
+        times=times,
+        driver_rows=driver_rows,
     )
+    assert times.from_driver is (driver_rows >= len(data))
     result = committer.apply(0)
     assert (result.rows, result.quarantined) == (len(data), 0)
     return config, staged
 
 
+@pytest.mark.parametrize("staging", ["executors", "driver"])
 @pytest.mark.parametrize("path", ["multi_row", "local_infile", "driver"])
 def test_every_type_lands_exactly_on_each_path(
-    spark, db, make_config, tmp_path, monkeypatch, calls, path
+    spark, db, make_config, tmp_path, monkeypatch, calls, path, staging
 ):
+    """Whichever way the batch was staged (Spark's write, or one file written from
+    the driver) and whichever way a chunk reaches MySQL."""
     if path == "driver":
         monkeypatch.setattr(MultiRowUpsert, "for_schema", classmethod(lambda *a: None))
     data = rows()
-    config, _ = run(spark, db, make_config, tmp_path, path, data, SCHEMA, DDL, path)
+    config, _ = run(
+        spark,
+        db,
+        make_config,
+        tmp_path,
+        path,
+        data,
+        SCHEMA,
+        DDL,
+        path,
+        driver_rows=len(data) if staging == "driver" else 0,
+    )
 
     # The WAL gives back what Spark was given (delta-rs lists, pyarrow reads).
     reader = WalReader(config.wal_path)

@@ -43,6 +43,7 @@ def test_valid_config_loads_typed_values():
     )
     assert c.mysql.key == ("org",) and c.mysql.merge == {"amount": "add"}
     assert c.mysql.ack_table == "wal_sink_ack" and c.wal.chunk_rows == 20_000
+    assert c.wal.driver_stage_rows == 10_000
     assert c.job.restart.strategy == "none" and c.cdc.delete_values == ("D",)
 
 
@@ -66,6 +67,8 @@ def test_valid_config_loads_typed_values():
         ({"mysql__merge": {"org": "add"}}, "key column"),
         ({"mysql__version_column": "org"}, "version_column"),
         ({"wal__chunk_rows": 0}, "wal.chunk_rows"),
+        ({"wal__driver_stage_rows": -1}, "wal.driver_stage_rows"),
+        ({"wal__driver_stage_rows": "many"}, "wal.driver_stage_rows"),
         ({"source": {"format": "xml"}}, "source.format"),
         ({"source": {"format": "json", "schema": "a INT"}}, "source.path is required"),
         ({"job": {"checkpoint": "c", "trigger": "soon"}}, "job.trigger"),

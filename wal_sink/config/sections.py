@@ -131,6 +131,11 @@ class WalConfig:
     relative path is taken from the config file's directory)."""
     max_pending: Positive = 2
     """Staged batches that may wait for MySQL; beyond that foreachBatch waits."""
+    driver_stage_rows: Annotated[int, Field(ge=0, strict=True)] = 10_000
+    """foreachBatch stages a batch of at most this many rows from the driver (one
+    Arrow collect, one Parquet file written by pyarrow) instead of a Spark write
+    job; 0 stages every batch from the executors. Bounds the rows held on the
+    driver."""
     min_vacuum_retention: Seconds = 3600.0
     """Floor of `purge --vacuum --retain`: a stage in progress has files younger than
     itself, so keep this above the slowest stage (default one hour)."""

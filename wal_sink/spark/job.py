@@ -69,10 +69,13 @@ class BatchRunner:
                 if self.fold is None:
                     self.sink.foreach_batch(df, batch_id)
                 else:
-                    rows, record_errors = self.fold.rows(df)
-                    self.sink.foreach_batch(rows, batch_id)
+                    rows, probe, record_errors = self.fold.rows(df)
+                    self.sink.foreach_batch(rows, batch_id, probe)
                     laps = Laps()
-                    record_errors(batch_id, self.sink.last_stage.rows is not None)
+                    report = self.sink.last_stage
+                    record_errors(
+                        batch_id, None if report.rows is None else report.from_driver
+                    )
                     self.sink.last_stage.parts["errors"] = laps.lap()
                     self.sink.metrics.observe_parts(
                         {"errors": self.sink.last_stage.parts["errors"]}

@@ -17,7 +17,10 @@ Exactly once: a batch's parse errors are recorded under the app id
 delivery records nothing twice. They are counted in the staging write's own pass
 (an observed metric); the batch is read again only to collect them when there are
 any, or when staging wrote nothing (the WAL held the batch already: a re-delivery,
-perhaps after a crash between staging and recording). Both happen before
+perhaps after a crash between staging and recording). The driver's collect of a
+small batch (driver_stage.py) counts in a plan of its own: its ``limit`` stops
+reading a larger batch early, whose count is then the executors' write's. Both
+happen before
 foreachBatch returns, so Spark re-delivers a batch whose errors were not recorded.
 """
 
@@ -113,20 +116,32 @@ class ParseFold:
             "(sink batch {batch})"
         )
 
-    def rows(self, raw: DataFrame) -> tuple[DataFrame, Callable[[int, bool], None]]:
-        """What to stage from ``raw`` (parsed rows through [transform]), and the
-        function to call once staging is done, with the batch id and whether
-        staging wrote the batch: it records the batch's parse errors."""
-        observation = Observation("wal_sink_parse_errors")
-        observed = raw.observe(observation, F.count(CORRUPT_COLUMN).alias("errors"))
-        frame = transformed(raw.sparkSession, self.config, parsed_rows(observed))
+    def rows(
+        self, raw: DataFrame
+    ) -> tuple[DataFrame, DataFrame, Callable[[int, bool | None], None]]:
+        """What to stage from ``raw`` (parsed rows through [transform]), twice: for
+        the executors' write and for the driver's collect of a small batch, each
+        counting the batch's parse errors in its own pass; and the function to call
+        once staging is done, with the batch id and which pass read the whole
+        batch (True: the driver's collect, False: the executors' write, None:
+        neither, as when the WAL held the batch): it records the parse errors."""
+        counted = []
+        for name in ("write", "collect"):
+            observation = Observation(f"wal_sink_parse_errors_{name}")
+            observed = raw.observe(observation, F.count(CORRUPT_COLUMN).alias("n"))
+            config = self.config
+            frame = transformed(raw.sparkSession, config, parsed_rows(observed))
+            counted.append((frame, observation))
+        (write, by_write), (collect, by_collect) = counted
 
-        def record(batch_id: int, wrote: bool) -> None:
-            if wrote and not observation.get["errors"]:
-                return
+        def record(batch_id: int, from_driver: bool | None) -> None:
+            if from_driver is not None:
+                observation = by_collect if from_driver else by_write
+                if not observation.get["n"]:
+                    return
             self._record(raw, batch_id)
 
-        return frame, record
+        return write, collect, record
 
     def _record(self, raw: DataFrame, batch_id: int) -> None:
         entries = [

@@ -64,8 +64,11 @@ class StageReport:
     """Where the batch's time went, in ms, in the order it was spent: ``plan``
     (Spark, from the batch's offset log entry to the foreachBatch call),
     ``lease`` (lease and column checks), ``wait`` (backpressure), then staging's
-    ``check``, ``write``, ``list`` and ``delta`` (StageTimes), and ``handoff``
-    (reading the planning time, handing the batch to the committer)."""
+    ``check``, ``collect``, ``write``, ``list`` and ``delta`` (StageTimes), and
+    ``handoff`` (reading the planning time, handing the batch to the
+    committer)."""
+    from_driver: bool = False
+    """Whether the batch was written from the driver (a small batch)."""
 
 
 class WalSink(SinkInstance):
@@ -135,10 +138,14 @@ class WalSink(SinkInstance):
             )
         return super().recover()
 
-    def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
+    def foreach_batch(
+        self, df: DataFrame, batch_id: int, probe: DataFrame | None = None
+    ) -> None:
         """The ``foreachBatch`` function: stage, hand over to the committer, return.
 
-        Raises the committer's failure, if it stopped on one, at this batch boundary.
+        ``probe``: ``df``'s rows in a plan of its own, for a small batch's collect
+        (see ``stage``). Raises the committer's failure, if it stopped on one, at
+        this batch boundary.
         """
         called_ms = time.time() * 1000
         laps = Laps()
@@ -154,7 +161,15 @@ class WalSink(SinkInstance):
         # Step 1. Stage (None: the WAL already holds this batch; apply what it holds).
         order_by = self.config.cdc.order_by if self.config.cdc else None
         times = StageTimes()
-        staged = stage(df, self.writer, batch_id, order_by, times)
+        staged = stage(
+            df,
+            self.writer,
+            batch_id,
+            order_by,
+            times,
+            self.config.wal.driver_stage_rows,
+            probe,
+        )
         stage_ms = laps.lap()
         planned = (
             batch_timestamp_ms(df.sparkSession, self._checkpoint, batch_id)
@@ -168,6 +183,7 @@ class WalSink(SinkInstance):
             "lease": lease_ms,
             "wait": wait_ms,
             "check": times.check_ms,
+            "collect": times.collect_ms,
             "write": times.write_ms,
             "list": times.list_ms,
             "delta": times.delta_ms,
@@ -179,6 +195,7 @@ class WalSink(SinkInstance):
             stage_ms,
             pipeline.pending,
             parts,
+            times.from_driver,
         )
         self.metrics.batches_staged.inc()
         self.metrics.last_staged_batch.set(batch_id)

@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from wal_sink import faults
 from wal_sink.config import RESERVED_PREFIX
 from wal_sink.errors import TerminalError
+from wal_sink.spark.driver_stage import collect_small, write_file
 from wal_sink.storage import join, spark_uri
 from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN, StagedBatch, StagedFile
 from wal_sink.wal.storage_errors import storage_error
@@ -51,13 +52,19 @@ class StageTimes:
 
     check_ms: float = 0.0
     """Reading the WAL's newest version: is this batch staged already?"""
+    collect_ms: float = 0.0
+    """With ``wal.driver_stage_rows``: collecting the batch as Arrow onto the
+    driver (for a larger batch, finding out that it is larger)."""
     write_ms: float = 0.0
     """Spark's job: the executors writing the attempt's Parquet files (with the
-    Hadoop commit protocol's task and job commits)."""
+    Hadoop commit protocol's task and job commits); or pyarrow writing the one
+    file of a batch staged from the driver."""
     list_ms: float = 0.0
     """Listing the attempt's directory and reading its files' footers."""
     delta_ms: float = 0.0
     """The delta-rs commit of exactly those files."""
+    from_driver: bool = False
+    """Whether the batch was written from the driver (driver_stage.py)."""
 
 
 class Laps:
@@ -78,12 +85,18 @@ def stage(
     batch_id: int,
     order_by: str | None = None,
     times: StageTimes | None = None,
+    driver_rows: int = 0,
+    probe: DataFrame | None = None,
 ) -> StagedBatch | None:
     """Stage ``df`` as batch ``batch_id``; None when the WAL already holds it.
 
     With ``order_by`` (CDC) rows are range-partitioned and sorted on it first, so the
     ``_wal_seq`` given to each row follows ``order_by`` across the whole batch.
-    ``times``, when given, receives where the time went.
+    A batch of at most ``driver_rows`` rows is written from the driver instead
+    (driver_stage.py), collected from ``probe`` when given (the same rows as
+    ``df``, in a plan of its own: observed metrics then tell the driver's collect
+    from the executors' write). ``times``, when given, receives where the time
+    went and which path wrote the batch.
 
     Returns:
         The batch as this call committed it, files in apply order.
@@ -102,21 +115,33 @@ def stage(
     times.check_ms = clock.lap()
     if staged is not None and staged >= batch_id:
         return None
-    if order_by is not None:
-        df = df.repartitionByRange(order_by).sortWithinPartitions(order_by)
-    # One expression string, not a Column per stream column: every Column is a
-    # round trip to the JVM, and a small batch's stage is mostly fixed costs.
-    frame = df.selectExpr(f"monotonically_increasing_id() AS {SEQ_COLUMN}", "*")
     attempt = f"{BATCH_COLUMN}={batch_id}/{uuid.uuid4().hex}"
     faults.watch_stage(join(writer.location, f"{BATCH_COLUMN}={batch_id}"), batch_id)
-    writer.storage.configure_spark(df.sparkSession)
-    with session_conf(df.sparkSession, WRITE_CONF):
-        frame.write.mode("errorifexists").parquet(
-            spark_uri(join(writer.location, attempt))
-        )
-    times.write_ms = clock.lap()
-    files, schema = attempt_files(writer, attempt, batch_id)
-    times.list_ms = clock.lap()
+    small = (
+        collect_small(probe if probe is not None else df, driver_rows, order_by)
+        if driver_rows
+        else None
+    )
+    times.collect_ms = clock.lap()
+    if small is not None:
+        files = [write_file(writer, attempt, small, batch_id)]
+        schema = small.schema
+        times.write_ms = clock.lap()
+        times.from_driver = True
+    else:
+        if order_by is not None:
+            df = df.repartitionByRange(order_by).sortWithinPartitions(order_by)
+        # One expression string, not a Column per stream column: every Column is a
+        # round trip to the JVM, and a small batch's stage is mostly fixed costs.
+        frame = df.selectExpr(f"monotonically_increasing_id() AS {SEQ_COLUMN}", "*")
+        writer.storage.configure_spark(df.sparkSession)
+        with session_conf(df.sparkSession, WRITE_CONF):
+            frame.write.mode("errorifexists").parquet(
+                spark_uri(join(writer.location, attempt))
+            )
+        times.write_ms = clock.lap()
+        files, schema = attempt_files(writer, attempt, batch_id)
+        times.list_ms = clock.lap()
     faults.hit("stage.before_commit", batch_id)
     committed = writer.commit(batch_id, files, schema)
     times.delta_ms = clock.lap()
