@@ -278,13 +278,16 @@ SPARK_PARTS = (
 )
 SINK_PARTS = (
     "plan",
+    "fold",
     "lease",
     "wait",
     "check",
+    "collect",
     "write",
     "list",
     "delta",
     "handoff",
+    "errors",
     "stage",
     "between two staged lines",
     "committer commit",

@@ -13,7 +13,7 @@ from tests.integration.test_job import fresh_table, landing_config
 SPARK_INFO = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", re.MULTILINE)
 PROGRESS_JSON = '"numInputRows"'  # the per-trigger progress report of each query
 STAGED_PARTS = (
-    r"rows=1 stage_ms=\d+ pending=\d+ plan_ms=\d+ lease_ms=\d+ wait_ms=\d+ "
+    r"rows=1 stage_ms=\d+ pending=\d+ plan_ms=\d+ fold_ms=\d+ lease_ms=\d+ wait_ms=\d+ "
     r"check_ms=\d+ collect_ms=\d+ write_ms=\d+ list_ms=\d+ delta_ms=\d+ "
     r"handoff_ms=\d+ errors_ms=\d+"
 )

@@ -69,17 +69,16 @@ class BatchRunner:
                 if self.fold is None:
                     self.sink.foreach_batch(df, batch_id)
                 else:
-                    rows, probe, record_errors = self.fold.rows(df)
-                    self.sink.foreach_batch(rows, batch_id, probe)
                     laps = Laps()
+                    rows, probe, record_errors = self.fold.rows(df)
+                    fold_ms = laps.lap()
+                    self.sink.foreach_batch(rows, batch_id, probe)
+                    laps.lap()
                     report = self.sink.last_stage
                     record_errors(
                         batch_id, None if report.rows is None else report.from_driver
                     )
-                    self.sink.last_stage.parts["errors"] = laps.lap()
-                    self.sink.metrics.observe_parts(
-                        {"errors": self.sink.last_stage.parts["errors"]}
-                    )
+                    self._fold_parts(report.parts, fold_ms, laps.lap())
             except BaseException as e:
                 self.failure = e
                 raise
@@ -95,6 +94,16 @@ class BatchRunner:
             parts,
             "" if report.rows is not None else " (already staged)",
         )
+
+    def _fold_parts(self, parts: dict[str, float], fold: float, errors: float) -> None:
+        """Add the fold's parts to the batch's: ``fold`` (building the batch's
+        frames, taken out of ``plan``, which it followed) and ``errors`` (recording
+        the parse errors, after the stage)."""
+        plan = parts.pop("plan")
+        rest = dict(parts)
+        parts.clear()
+        parts.update(plan=max(0.0, plan - fold), fold=fold, **rest, errors=errors)
+        self.sink.metrics.observe_parts({"fold": fold, "errors": errors})
 
 
 def log_applied(applied: Applied) -> None:

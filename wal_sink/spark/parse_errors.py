@@ -144,11 +144,12 @@ class ParseFold:
         return write, collect, record
 
     def _record(self, raw: DataFrame, batch_id: int) -> None:
+        # Every column is read, as in the parse-error query: Spark parses only the
+        # columns a query needs, and a record that fails in any of them is one
+        # the staging pass may have set aside.
         entries = [
-            Entry({"raw": row[0]}, self.reason.format(batch=batch_id))
-            for row in raw.where(F.col(CORRUPT_COLUMN).isNotNull())
-            .select(CORRUPT_COLUMN)
-            .collect()
+            Entry({"raw": row[CORRUPT_COLUMN]}, self.reason.format(batch=batch_id))
+            for row in raw.where(F.col(CORRUPT_COLUMN).isNotNull()).collect()
         ]
         self.quarantine.record(self.app_id, batch_id, entries)
         if entries:
