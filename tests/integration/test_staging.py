@@ -6,6 +6,7 @@ column."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -239,3 +240,28 @@ def test_batch_missing_a_column_or_changing_its_type_is_refused_in_one_line(
         ("a", Decimal("1.00")),
         ("c", Decimal("7.00")),
     ]
+
+
+def test_small_batches_are_staged_from_the_driver_until_a_larger_one(
+    spark, db, evolving_sink
+):
+    """At most ``wal.driver_stage_rows`` rows: one file from the driver; one row
+    more: the executors; right after a larger batch the next one goes to the
+    executors without a collect; every batch applied exactly."""
+    sink = evolving_sink
+    sink.config = replace(
+        sink.config, wal=replace(sink.config.wal, driver_stage_rows=3)
+    )
+    sizes = [3, 4, 2, 3]
+    key = 0
+    for batch_id, size in enumerate(sizes):
+        rows = [(f"k{key + i}", Decimal(1)) for i in range(size)]
+        key += size
+        df = spark.createDataFrame(rows, "k STRING, amount DECIMAL(12,2)")
+        sink.foreach_batch(df.repartition(2), batch_id)
+        report = sink.last_stage
+        assert report.rows == size
+        assert report.from_driver is (batch_id in (0, 3)), batch_id
+        assert (report.parts["collect"] >= 1) is (batch_id != 2), "none after 4"
+    assert sink.drain(60)
+    assert db.rows("SELECT COUNT(*), SUM(amount) FROM evolve") == [(12, Decimal(12))]

@@ -70,9 +70,11 @@ class BatchRunner:
                     self.sink.foreach_batch(df, batch_id)
                 else:
                     laps = Laps()
-                    rows, probe, record_errors = self.fold.rows(df)
+                    rows, collect, record_errors = self.fold.rows(
+                        df, probe=self.sink.driver_stage_rows > 0
+                    )
                     fold_ms = laps.lap()
-                    self.sink.foreach_batch(rows, batch_id, probe)
+                    self.sink.foreach_batch(rows, batch_id, collect)
                     laps.lap()
                     report = self.sink.last_stage
                     record_errors(

@@ -117,22 +117,23 @@ class ParseFold:
         )
 
     def rows(
-        self, raw: DataFrame
-    ) -> tuple[DataFrame, DataFrame, Callable[[int, bool | None], None]]:
-        """What to stage from ``raw`` (parsed rows through [transform]), twice: for
-        the executors' write and for the driver's collect of a small batch, each
-        counting the batch's parse errors in its own pass; and the function to call
-        once staging is done, with the batch id and which pass read the whole
-        batch (True: the driver's collect, False: the executors' write, None:
-        neither, as when the WAL held the batch): it records the parse errors."""
+        self, raw: DataFrame, probe: bool
+    ) -> tuple[DataFrame, DataFrame | None, Callable[[int, bool | None], None]]:
+        """What to stage from ``raw`` (parsed rows through [transform]): for the
+        executors' write and, with ``probe``, for the driver's collect of a small
+        batch, each counting the batch's parse errors in its own pass; and the
+        function to call once staging is done, with the batch id and which pass
+        read the whole batch (True: the driver's collect, False: the executors'
+        write, None: neither, as when the WAL held the batch): it records the
+        parse errors."""
         counted = []
-        for name in ("write", "collect"):
+        for name in ("write", "collect") if probe else ("write",):
             observation = Observation(f"wal_sink_parse_errors_{name}")
             observed = raw.observe(observation, F.count(CORRUPT_COLUMN).alias("n"))
             config = self.config
             frame = transformed(raw.sparkSession, config, parsed_rows(observed))
             counted.append((frame, observation))
-        (write, by_write), (collect, by_collect) = counted
+        (write, by_write), (collect, by_collect) = (counted + [(None, None)])[:2]
 
         def record(batch_id: int, from_driver: bool | None) -> None:
             if from_driver is not None:

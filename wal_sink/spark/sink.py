@@ -93,6 +93,7 @@ class WalSink(SinkInstance):
         self._checkpoint: str | None = None
         self._first_batch_seen = False
         self.last_stage: StageReport | None = None
+        self._last_rows: int | None = None
 
     @classmethod
     def from_config(cls, config: Config | str | os.PathLike[str]) -> WalSink:
@@ -162,14 +163,10 @@ class WalSink(SinkInstance):
         order_by = self.config.cdc.order_by if self.config.cdc else None
         times = StageTimes()
         staged = stage(
-            df,
-            self.writer,
-            batch_id,
-            order_by,
-            times,
-            self.config.wal.driver_stage_rows,
-            probe,
+            df, self.writer, batch_id, order_by, times, self.driver_stage_rows, probe
         )
+        if staged is not None:
+            self._last_rows = staged.rows
         stage_ms = laps.lap()
         planned = (
             batch_timestamp_ms(df.sparkSession, self._checkpoint, batch_id)
@@ -202,6 +199,15 @@ class WalSink(SinkInstance):
         self.metrics.stage_seconds.observe(stage_ms / 1000)
         self.metrics.observe_parts(parts)
         self.metrics.batches_pending.set(pipeline.pending)
+
+    @property
+    def driver_stage_rows(self) -> int:
+        """The next batch is staged from the driver when it has at most this many
+        rows: ``wal.driver_stage_rows``, or 0 right after a larger batch, whose
+        successor is likely large too (the collect finding that out costs a
+        Spark job)."""
+        limit = self.config.wal.driver_stage_rows
+        return 0 if self._last_rows is not None and self._last_rows > limit else limit
 
     @property
     def pending(self) -> int:
