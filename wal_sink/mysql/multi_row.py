@@ -36,10 +36,16 @@ class MultiRowUpsert:
         # (SQLAlchemy's escaped_bind_names); they never hold ")".
         original = {v: k for k, v in compiled.escaped_bind_names.items()}
         order = [original.get(n, n) for n in re.findall(r"%\(([^)]+)\)s", values)]
-        if "%" in prefix + postfix or sorted(order) != sorted(columns):
+        if sorted(order) != sorted(columns):
             raise ValueError("not a multi-row INSERT this path can build")
         self.columns = order  # the statement's column order
-        self.prefix, self.postfix = prefix, postfix
+        # Sent without parameters: a '%' of a column name, which SQLAlchemy doubles
+        # for the driver's formatting, is undoubled here as the driver would; a
+        # placeholder outside VALUES (none is expected) leaves it to the driver.
+        try:
+            self.prefix, self.postfix = prefix % (), postfix % ()
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError("not a multi-row INSERT this path can build") from e
 
     @classmethod
     def for_schema(
