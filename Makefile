@@ -22,7 +22,7 @@ setup: venv venv-delta jars mariadb
 venv: $(VENV)/.installed
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@$(STEP) venv sh -c '$(PYTHON) -m venv $(VENV) && \
-	  $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e ".[test,docs]"'
+	  $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e ".[test,docs]" --config-settings editable_mode=compat'
 	@touch $@
 
 # delta-spark supports pyspark <= 4.2 only: a second, small virtualenv holds it, for
@@ -59,7 +59,7 @@ mariadb:
 	    mariadb-server mariadb-client'
 
 lint: venv docs
-	@$(PY) -m ruff check wal_sink jobs tests bench devtools
+	@$(PY) -m ruff check wal_sink pyspark_wal_sink jobs tests bench devtools
 	@$(VENV)/bin/lint-imports --no-cache
 
 # The documentation site (docs/, mkdocs.yml) into var/site, in strict mode: a broken
@@ -87,6 +87,7 @@ bench: setup
 	$(PY) -m bench.driver_memory
 	$(PY) -m bench.status_latency
 	$(PY) -m bench.ack_table_latency
+	$(PY) -m bench.follow_poll
 
 clean:
 	rm -rf $(VENV) $(DELTA_VENV) .jars var .pytest_cache

@@ -1,7 +1,9 @@
 """Micro-batch cost: what one micro-batch costs the real job (``spark-submit
 jobs/stream_to_mysql.py -c … --available-now``: JSON files of 100 rows, one file per
 trigger, staged into the WAL and applied to MySQL exactly once, the parse-error side
-query beside it) vs. the at-least-once job users compare with: the same files
+query beside it), with each of its writers (``job.writer``: ``foreach_batch``, the
+committer thread in the driver; ``datasource``, ``format("wal_sink")`` and the
+follower process), vs. the at-least-once job users compare with: the same files
 streamed through ``foreachBatch`` + ``df.write.jdbc`` append (bench/jdbc_append_app.py,
 MariaDB Connector/J). Goal >= 1.0: baseline cost / ours (higher is better).
 
@@ -10,8 +12,8 @@ Usage: python -m bench.micro_batch_cost [FEW MANY] [--repeat N] [--no-profile]
 Each side runs once over FEW files and once over MANY (default 5 and 45), as a new
 process with a new checkpoint, WAL, sink id and an emptied table each time; the
 per-batch cost is the slope (t_many - t_few) / (MANY - FEW), so JVM start-up and
-everything else done once per run cancels out. Rounds alternate the two sides
-(``--repeat``, default 3); the ratio is of the medians of the per-round slopes.
+everything else done once per run cancels out. Rounds alternate the three sides
+(``--repeat``, default 3); each ratio is of the medians of the per-round slopes.
 
 Where the time goes: the job's own log lines (``batch N staged: … stage_ms=``,
 ``batch N applied: … commit_ms=``) of the MANY runs, and, unless ``--no-profile``,
@@ -43,6 +45,7 @@ TABLE = (
     "seq BIGINT) ENGINE=InnoDB"
 )
 ROWS_PER_FILE = 100
+WRITERS = ("foreach_batch", "datasource")
 LOG4J = """\
 rootLogger.level = warn
 rootLogger.appenderRef.console.ref = console
@@ -92,9 +95,10 @@ class Runs:
         return ("--conf", f"spark.driver.extraJavaOptions={option}")
 
     def ours(
-        self, source: Path, files: int, profile: bool = False
+        self, source: Path, files: int, writer: str, profile: bool = False
     ) -> tuple[float, Path]:
-        """The real job over ``source``: (seconds, its log)."""
+        """The real job over ``source`` with ``job.writer = writer``: (seconds, its
+        log)."""
         self.count += 1
         sink_id = f"job_{files}_{self.count}"
         config = self.bench.dir / f"{sink_id}.toml"
@@ -114,6 +118,7 @@ table = "job_target"
 key = ["k"]
 [job]
 checkpoint = "{self.bench.dir / ("checkpoint_" + sink_id)}"
+writer = "{writer}"
 """)
         self.bench.sql("TRUNCATE job_target")
         log = self.bench.dir / f"{sink_id}.log"
@@ -234,20 +239,20 @@ def main(
         )
         sources = {few: landing(bench, few), many: landing(bench, many)}
         runs = Runs(bench)
-        # warm-up of both (page cache, first MariaDB tables), not counted
-        runs.ours(sources[few], few)
+        # warm-up of each (page cache, first MariaDB tables), not counted
+        for writer in WRITERS:
+            runs.ours(sources[few], few, writer)
         runs.baseline(sources[few], few)
-        times: dict[str, dict[int, list[float]]] = {
-            "ours": {few: [], many: []},
-            "baseline": {few: [], many: []},
-        }
-        many_logs = []
+        sides = (*WRITERS, "baseline")
+        times = {side: {few: [], many: []} for side in sides}
+        many_logs: dict[str, list[Path]] = {writer: [] for writer in WRITERS}
         for _ in range(repeat):
             for files in (many, few):
-                elapsed, log = runs.ours(sources[files], files)
-                times["ours"][files].append(elapsed)
-                if files == many:
-                    many_logs.append(log)
+                for writer in WRITERS:
+                    elapsed, log = runs.ours(sources[files], files, writer)
+                    times[writer][files].append(elapsed)
+                    if files == many:
+                        many_logs[writer].append(log)
                 times["baseline"][files].append(runs.baseline(sources[files], files)[0])
         slope = {
             side: [
@@ -256,29 +261,32 @@ def main(
             ]
             for side in times
         }
-        for side, label in (("ours", "job"), ("baseline", "JDBC append")):
+        for side in sides:
+            label = "JDBC append" if side == "baseline" else f"job ({side})"
             print(
                 f"{label}: {few} files {_s(times[side][few])}, {many} files "
                 f"{_s(times[side][many])}; per batch {_s(slope[side], 3)}"
             )
-        print(
-            ratio_line(
-                "micro-batch cost ratio (baseline cost / ours)",
-                [1 / s for s in slope["ours"]],
-                [1 / s for s in slope["baseline"]],
-                ">= 1.0",
+        for writer in WRITERS:
+            print(
+                ratio_line(
+                    f"micro-batch cost ratio, {writer} (baseline cost / ours)",
+                    [1 / s for s in slope[writer]],
+                    [1 / s for s in slope["baseline"]],
+                    ">= 1.0",
+                )
+                + f"; median per batch {statistics.median(slope[writer]) * 1000:.0f}"
+                f" ms vs {statistics.median(slope['baseline']) * 1000:.0f} ms"
             )
-            + f"; median per batch {statistics.median(slope['ours']) * 1000:.0f} ms "
-            f"vs {statistics.median(slope['baseline']) * 1000:.0f} ms"
-        )
-        print(job_log_summary(many_logs))
+            print(f"{writer}: {job_log_summary(many_logs[writer])}")
         if profile:
-            _, ours_log = runs.ours(sources[many], many, profile=True)
-            _, base_log = runs.baseline(sources[many], many, profile=True)
             print("Spark's streaming progress (one more run each, logged):")
-            print(job_log_summary([ours_log]).replace("MANY runs", "profiled run"))
-            print(" job:")
-            print("\n".join(progress_summary(ours_log)))
+            for writer in WRITERS:
+                _, log = runs.ours(sources[many], many, writer, profile=True)
+                print(f" job ({writer}):")
+                print(" " + job_log_summary([log]).replace("MANY runs", "profiled run"))
+                print("\n".join(progress_summary(log)))
+            _, base_log = runs.baseline(sources[many], many, profile=True)
             print(" JDBC append:")
             print("\n".join(progress_summary(base_log)))
         if logs is not None:  # the runs' logs, for a closer look

@@ -63,7 +63,12 @@ def main(argv: list[str]) -> int:
             level,
         )
         spark = session_at_level(f"wal_sink {config.sink.id}", level)
-        return run_job(config, available_now=args.available_now, spark=spark)
+        return run_job(
+            config,
+            available_now=args.available_now,
+            spark=spark,
+            config_path=args.config,
+        )
     except ConfigError as e:
         log.error("%s", e)
         return 2

@@ -5,8 +5,9 @@
 --
 -- The sink reads and upserts (and, with [cdc], deletes) target rows; it inserts and
 -- completes ack rows, replaces them on a forced replay (and purge drops those of
--- purged batches), updates its lease row, and passes rows set aside through the
--- outbox.
+-- purged batches), updates its lease row, passes rows set aside through the
+-- outbox, and records what `wal-sink quarantine retry` applied in the retry table
+-- (purge drops the rows of removed entries).
 -- Reflection and preflight read information_schema, which shows the user its own
 -- tables without further grants. tests/integration/test_faults.py runs a batch
 -- with exactly these grants.
@@ -16,3 +17,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON shop.kpxxb_hzb TO 'sink'@'%';
 GRANT SELECT, INSERT, UPDATE, DELETE ON shop.wal_sink_ack TO 'sink'@'%';
 GRANT SELECT, INSERT, UPDATE ON shop.wal_sink_lease TO 'sink'@'%';
 GRANT SELECT, INSERT, DELETE ON shop.wal_sink_outbox TO 'sink'@'%';
+GRANT SELECT, INSERT, UPDATE, DELETE ON shop.wal_sink_retry TO 'sink'@'%';
+-- With [cdc] and mysql.version_column, the tombstone table of the target too
+-- (created beforehand as in sql/wal_sink_tables.sql), e.g. for a target `items`:
+-- GRANT SELECT, INSERT, UPDATE, DELETE ON shop.items_tombstones TO 'sink'@'%';

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,9 @@ def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB]:
 def spark(tmp_path_factory: pytest.TempPathFactory):
     from pyspark.sql import SparkSession
 
+    # Python workers (the wal_sink data source, its lookup) run this virtualenv's
+    # Python: the JVM takes it from the environment it starts with.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     warehouse = tmp_path_factory.mktemp("warehouse")
     session = (
         SparkSession.builder.master("local[2]")

@@ -54,8 +54,10 @@ class FencedError(TerminalError):
     """A newer instance of this sink holds the lease; this one must stop (I6)."""
 
 
-class CheckpointResetError(TerminalError):
-    """The Spark checkpoint is younger than what the WAL or ack table know (I7)."""
+class CheckpointResetError(ConfigError):
+    """The Spark checkpoint and what the WAL and ack table know disagree (I7): it
+    was reset or replaced, or the WAL was lost or moved. The job refuses to start,
+    as for a configuration error (exit 2)."""
 
 
 class StopRequested(WalSinkError):

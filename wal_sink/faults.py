@@ -13,7 +13,10 @@ disk or mount gives. Unset, every hook is a no-op.
 Points: ``stage.during`` (executors are writing the batch's Parquet files),
 ``stage.before_commit`` (the attempt's files are written, the delta-rs commit is not
 made), ``stage.after`` (committed), ``commit.before_commit``, ``commit.after_commit``,
-``wal.read`` (the committer opens a staged file of the batch).
+``wal.read`` (the committer opens a staged file of the batch), ``follow.poll`` (the
+follower reads the next version of the WAL's log; BATCH is that version),
+``retry.before_commit`` and ``retry.after_commit`` (``wal-sink quarantine retry``'s
+transaction of a batch's entries).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ POINTS = (
     "commit.before_commit",
     "commit.after_commit",
     "wal.read",
+    "retry.before_commit",
+    "retry.after_commit",
+    "follow.poll",
 )
 
 

@@ -8,6 +8,12 @@ several sinks, and tests may read the values without a server.
 
 from __future__ import annotations
 
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -15,6 +21,10 @@ from prometheus_client import (
     Histogram,
     start_http_server,
 )
+
+from wal_sink.errors import first_line
+
+log = logging.getLogger(__name__)
 
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 LAG_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600)
@@ -53,6 +63,10 @@ class SinkMetrics:
         self.rows_quarantined = counter(
             "wal_sink_rows_quarantined", "Rows set aside for the quarantine table."
         )
+        self.rows_skipped = counter(
+            "wal_sink_rows_skipped",
+            "CDC upserts a newer delete made stale (not applied, not bad data).",
+        )
         self.batches_pending = gauge(
             "wal_sink_batches_pending",
             "Batches staged and not yet applied (waiting for the committer).",
@@ -86,6 +100,21 @@ class SinkMetrics:
         self.restarts = counter(
             "wal_sink_query_restarts", "Restarts of the streaming query by the job."
         )
+        self.batches_quarantined = gauge(
+            "wal_sink_batches_quarantined",
+            "Batches set aside whole by wal-sink quarantine-batch (acked as "
+            "quarantined, never applied), as the ack table held them at start.",
+        )
+        self.quarantine_open = gauge(
+            "wal_sink_quarantine_open",
+            "Quarantine entries no retry applied yet (failed again included), read "
+            "when scraped, at most every 15 s.",
+        )
+        self.quarantine_retried = gauge(
+            "wal_sink_quarantine_retried",
+            "Quarantine entries wal-sink quarantine retry applied (resolved), read "
+            "when scraped, at most every 15 s.",
+        )
         self.lease_epoch = gauge(
             "wal_sink_lease_epoch", "Fencing epoch of the lease this process took."
         )
@@ -94,6 +123,44 @@ class SinkMetrics:
             "1 while this process holds the sink's lease, 0 once fenced.",
         )
 
+    def follow_quarantine(
+        self, read: Callable[[], tuple[int, int]], every: float = 15.0
+    ) -> None:
+        """Have the quarantine gauges show ``read()`` (open, retried) when scraped:
+        it reads the quarantine table's log and the retry table, so at most every
+        ``every`` seconds; a failed reading keeps the last one (NaN before any)."""
+        reading = _Cached(read, every, self.sink_id)
+        self.quarantine_open.set_function(lambda: reading()[0])
+        self.quarantine_retried.set_function(lambda: reading()[1])
+
     def serve(self, port: int, host: str) -> None:
         """Serve the metrics at http://host:port/metrics from a daemon thread."""
         start_http_server(port, addr=host, registry=self.registry)
+
+
+class _Cached:
+    """A reading taken again only once it is ``every`` seconds old."""
+
+    def __init__(
+        self, read: Callable[[], tuple[int, int]], every: float, sink_id: str
+    ) -> None:
+        self.read = read
+        self.every = every
+        self.sink_id = sink_id
+        self.lock = threading.Lock()
+        self.value: tuple[float, float] = (math.nan, math.nan)
+        self.taken = -math.inf
+
+    def __call__(self) -> tuple[float, float]:
+        with self.lock:
+            if time.monotonic() - self.taken >= self.every:
+                self.taken = time.monotonic()
+                try:
+                    self.value = tuple(map(float, self.read()))
+                except Exception as e:  # a scrape must not fail: keep the last one
+                    log.warning(
+                        "sink %s: quarantine counts not read: %s",
+                        self.sink_id,
+                        first_line(e),
+                    )
+            return self.value

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from datetime import datetime, timezone
@@ -26,7 +27,7 @@ from deltalake import DeltaTable
 
 from tests.conftest import REPO
 from tests.integration.test_types import SCHEMA, rows
-from wal_sink.spark.staging import stage
+from wal_sink.spark.staging import WRITE_CONF, session_conf, stage
 from wal_sink.storage import Storage
 from wal_sink.wal.maintenance import delete_batches
 from wal_sink.wal.quarantine import Entry, Quarantine
@@ -133,7 +134,9 @@ def test_delta_spark_reads_exactly_what_was_staged_and_quarantined(spark, tmp_pa
         "interop:parse", 0, [Entry({"_raw": '{"k": 1,'}, "unparseable record")]
     )
 
-    got = read_with_delta_spark(tmp_path / "read.json", wal, quarantine)
+    by_datasource = stage_through_the_data_source(spark, full, tmp_path)
+
+    got = read_with_delta_spark(tmp_path / "read.json", wal, quarantine, by_datasource)
 
     assert got["spark"].startswith("4.2")
     wal_read = got["tables"][wal]
@@ -157,3 +160,46 @@ def test_delta_spark_reads_exactly_what_was_staged_and_quarantined(spark, tmp_pa
     assert len(entries) == 3
     amounts = [json.loads(e["record"]).get("amount") for e in entries]
     assert Decimal("0.000000000000000001") in [Decimal(a) for a in amounts if a]
+
+    # The data source's WAL: what delta-spark reads is what pyarrow reads, and the
+    # stream's columns are exactly those staged above through foreachBatch.
+    ds_read = got["tables"][by_datasource]
+    assert fields(ds_read["schema"]) == fields(wal_read["schema"])
+    ds_rows = sorted(ds_read["rows"], key=by_seq)
+    assert ds_rows == sorted(read_with_pyarrow(by_datasource), key=by_seq)
+    columns = lambda r: {k: v for k, v in r.items() if not k.startswith("_wal_")}  # noqa: E731
+    by_k = lambda r: r["k"]  # noqa: E731
+    assert sorted(map(columns, ds_rows), key=by_k) == sorted(
+        (columns(r) for r in spark_rows if r["_wal_batch_id"] == 2), key=by_k
+    )
+
+
+def fields(schema: str) -> set[str]:
+    """A struct's simple string as its set of ``name:type`` fields."""
+    return set(re.findall(r"\w+:\w+(?:\(\d+,\d+\))?", schema))
+
+
+def stage_through_the_data_source(spark, df, tmp_path: Path) -> str:
+    """``df`` streamed through ``format("wal_sink")`` in two batches: Parquet
+    files in a landing directory, read as a stream."""
+    landing, wal = tmp_path / "landing", str(tmp_path / "wal_ds")
+    with session_conf(spark, WRITE_CONF):
+        df.repartition(2).write.parquet(str(landing))
+    config = tmp_path / "ds.toml"
+    config.write_text(
+        f'[sink]\nid = "interop_ds"\n[wal]\npath = "{wal}"\nmax_pending = 10\n'
+        '[mysql]\nurl = "mysql+pymysql://u@127.0.0.1/db"\ntable = "t"\nkey = ["k"]\n'
+    )
+    (
+        spark.readStream.schema(df.schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(landing))
+        .writeStream.format("wal_sink")
+        .option("config", str(config))
+        .option("checkpointLocation", str(tmp_path / "cp_ds"))
+        .trigger(availableNow=True)
+        .start()
+        .awaitTermination()
+    )
+    assert DeltaTable(wal).transaction_version("interop_ds") == 1
+    return wal

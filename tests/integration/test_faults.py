@@ -424,13 +424,14 @@ def test_password_never_in_logs_errors_or_status(
 
 
 def test_tls_options_reach_the_driver(db, target, make_config, tmp_path):
+    from wal_sink.errors import ConfigError
     from wal_sink.mysql.engine import make_engine
 
     config = make_config(table="acct")
     missing_ca = tmp_path / "no-such-ca.pem"
     engine = make_engine(replace(config.mysql, tls={"ssl_ca": str(missing_ca)}))
-    with pytest.raises(FileNotFoundError):  # PyMySQL loads the CA before connecting
-        engine.connect()
+    with pytest.raises(ConfigError, match="cannot load the TLS files"):
+        engine.connect()  # PyMySQL loads the CA before connecting
     with make_engine(config.mysql).connect():  # the same URL connects without it
         pass
 

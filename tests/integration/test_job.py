@@ -13,6 +13,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
+import psutil
 import pytest
 
 from devtools.invoices import InvoiceFeed
@@ -314,9 +315,9 @@ def test_invoice_pipeline_from_files_is_exact(db, tmp_path):
         os.utime(path, (1_700_000_000 + i,) * 2)
     conf = (REPO / "conf" / "invoices_files.toml").read_text()
     conf = (
-        conf.replace("var/landing/invoices", str(landing))
-        .replace("var/wal/invoices_files", str(tmp_path / "wal"))
-        .replace("var/checkpoints/invoices_files", str(tmp_path / "cp"))
+        conf.replace("../var/landing/invoices", str(landing))
+        .replace("../var/wal/invoices_files", str(tmp_path / "wal"))
+        .replace("../var/checkpoints/invoices_files", str(tmp_path / "cp"))
         .replace("mysql+pymysql://sink@127.0.0.1:33306/shop", db.url)
         .replace("maxFilesPerTrigger = 2", "maxFilesPerTrigger = 1")
     )
@@ -330,6 +331,88 @@ def test_invoice_pipeline_from_files_is_exact(db, tmp_path):
     }
     assert got == dict(feed.expected)
     assert sum(c for _, c in got.values()) == 228, "every 20th message lacks magic"
+
+
+def applying(db, job: JobProcess, batches: int, timeout: float = 180) -> None:
+    """Wait until the running job has applied ``batches`` more batches."""
+    acked = lambda: db.rows("SELECT COUNT(*) FROM wal_sink_ack")[0][0]  # noqa: E731
+    deadline = time.monotonic() + timeout
+    first = None
+    while time.monotonic() < deadline:
+        assert job.proc.poll() is None, job.tail()
+        try:
+            first = acked() if first is None else first
+            if acked() >= first + batches:
+                return
+        except Exception:  # the job has not created the ack table yet
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"the job applied no batch in {timeout}s:\n{job.tail()}")
+
+
+def test_datasource_writer_killed_and_stopped_lands_exactly_once(db, tmp_path):
+    """job.writer = "datasource": the query stages through format("wal_sink") and
+    the job's follower child applies; SIGKILL of the job's process group, then
+    SIGTERM (exit 0), then a drain."""
+    print(f"seed {SEED}")
+    fresh_table(db, "ds_job_totals")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    config = write_config(
+        tmp_path / "dsjob.toml",
+        db,
+        tmp_path,
+        f"""
+[source]
+format = "json"
+path = "{landing}"
+schema = "k STRING, amount DECIMAL(12,2)"
+options = {{ maxFilesPerTrigger = 1 }}""",
+        table="ds_job_totals",
+        extra='writer = "datasource"',
+    )
+    expected: dict[str, Decimal] = {}
+    log = tmp_path / "job.log"
+    feeding = threading.Thread(target=arrive, args=(landing, expected, 60, 0.5))
+    feeding.start()
+    job = JobProcess(config, log)
+    applying(db, job, 2)
+    time.sleep(rng.uniform(0, 2))
+    job.kill()
+    job = JobProcess(config, log)
+    applying(db, job, 2)
+    time.sleep(rng.uniform(0, 2))
+    assert job.terminate() == 0, job.tail()
+    feeding.join()
+    drain = JobProcess(config, log, "--available-now")
+    assert drain.wait() == 0, drain.tail()
+    assert totals(db, "ds_job_totals") == expected
+    text = log.read_text()
+    assert "applied: rows=" in text and "query finished: stopped" in text
+    assert "query finished: drained" in text
+    children = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "wal_sink.spark.follower_child" in " ".join(p.info["cmdline"] or [])
+    ]
+    assert not children, "no follower outlives its job"
+
+
+def test_datasource_writer_with_a_reset_checkpoint_exits_two_at_once(db, tmp_path):
+    """The data source refuses the batch (I7) inside Spark; the job finds its error
+    in the query's failure and stops with its line and exit 2 (a configuration
+    refusal, as with foreachBatch), without restarting."""
+    fresh_table(db, "ds_reset")
+    config = landing_config(db, tmp_path, "ds_reset", 'writer = "datasource"')
+    first = JobProcess(config, tmp_path / "job.log", "--available-now")
+    assert first.wait() == 0, first.tail()
+    config.write_text(config.read_text().replace('/checkpoint"', '/new_checkpoint"'))
+    again = JobProcess(config, tmp_path / "again.log", "--available-now")
+    assert again.wait() == 2, again.tail()
+    log = again.text()
+    assert "ERROR wal_sink.job: sink 'ds_reset': the WAL/ack table already hold" in log
+    assert "reset or replaced" in log and "restart 1/" not in log
+    assert totals(db, "ds_reset") == {"a": Decimal("3.00")}
 
 
 def test_job_runs_unchanged_on_a_standalone_cluster(db, tmp_path):

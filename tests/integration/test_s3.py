@@ -73,6 +73,7 @@ id = "{path.stem}"
 
 [wal]
 path = "{wal}"
+min_vacuum_retention = "0s"  # the tests vacuum files a moment old
 
 {s3.storage_toml()}
 

@@ -34,6 +34,7 @@ def test_wal_keeps_row_counts_and_seq_ranges_only_and_no_deletion_vectors(
     assert table.metadata().configuration == {
         "delta.enableDeletionVectors": "false",
         "delta.dataSkippingStatsColumns": "_wal_seq",
+        "wal_sink.sink_id": "s",  # the owner (I9)
     }
     stats = pa.table(table.get_add_actions(flatten=True)).to_pydict()
     assert sum(stats["num_records"]) == 6
@@ -154,7 +155,9 @@ def test_batch_adding_nullable_columns_evolves_the_wal_in_its_own_commit(
         a["add"]["partitionValues"]["_wal_batch_id"] for a in staging_1 if "add" in a
     } == {"1"}
     table = DeltaTable(str(wal))
-    assert table.metadata().configuration["delta.enableDeletionVectors"] == "false"
+    configuration = table.metadata().configuration
+    assert configuration["delta.enableDeletionVectors"] == "false"
+    assert configuration["wal_sink.sink_id"] == "evolve", "kept by schema changes"
     assert table.transaction_version("evolve") == 2
 
     # Earlier batches read back without the new columns, later ones with them.

@@ -11,7 +11,20 @@ from click.testing import CliRunner
 
 from wal_sink.cli.commands import main
 
-COMMANDS = ["init-db", "status", "recover", "replay", "purge", "inspect"]
+COMMANDS = [
+    "init-db",
+    "status",
+    "recover",
+    "replay",
+    "purge",
+    "inspect",
+    "quarantine-batch",
+    "quarantine",
+    "quarantine list",
+    "quarantine retry",
+    "quarantine export",
+    "follow",
+]
 
 
 def run(*args: str):
@@ -20,19 +33,24 @@ def run(*args: str):
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_help_has_an_example(command):
-    r = run("-c", "unused.toml", command, "--help")
+    r = run("-c", "unused.toml", *command.split(), "--help")
     assert r.exit_code == 0 and "Example: wal-sink -c" in r.output
 
 
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["purge"], "exactly one of --before N or --older-than"),
-        (["purge", "--before", "1", "--older-than", "1d"], "exactly one of"),
+        (["purge"], "give one of --before N or --older-than DURATION, and/or"),
+        (["purge", "--before", "1", "--older-than", "1d"], "give one of"),
+        (["purge", "--quarantine-older-than", "soon"], "is not a duration"),
         (["purge", "--older-than", "soon"], "is not a duration"),
         (["replay", "--from", "3", "--to", "1"], "--from 3 is after --to 1"),
         (["inspect"], "give a batch id, or --quarantine"),
         (["replay", "--from", "-1", "--to", "1"], "-1 is not in the range"),
+        (["quarantine-batch"], "Missing argument 'BATCH_ID'"),
+        (["quarantine", "export"], "Missing option '--to'"),
+        (["quarantine", "retry", "--batch", "-1"], "-1 is not in the range"),
+        (["quarantine", "list", "--limit", "0"], "0 is not in the range"),
     ],
 )
 def test_usage_errors_exit_two_before_reading_anything(args, says):
@@ -71,3 +89,5 @@ def test_config_schema_describes_every_key():
         "keep",
     ]
     assert mysql["ack_table"]["default"] == "wal_sink_ack"
+    wal = schema["$defs"]["WalConfig"]["properties"]
+    assert "config file's directory" in wal["path"]["description"]

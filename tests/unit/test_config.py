@@ -1,5 +1,7 @@
 """Config: every mistake is one ConfigError line naming the key."""
 
+from pathlib import Path
+
 import pytest
 
 from wal_sink.config import config_from_dict, load_config, mysql_password
@@ -77,12 +79,42 @@ def test_valid_config_loads_typed_values():
             "job.spark_log_level: 'LOUD' must be one of OFF, FATAL, ERROR, WARN, INFO",
         ),
         ({"mysql__key": ["_wal_seq"]}, "reserved"),
+        ({"mysql__unique_conflicts": "overwrite"}, "mysql.unique_conflicts"),
+        (
+            {"mysql__table": "t" * 60, "cdc": {"op_column": "op", "order_by": "s"}},
+            "mysql.tombstone_table: 'tttttttttt",
+        ),
+        ({"mysql__tombstone_table": "x; DROP"}, "mysql.tombstone_table"),
+        (
+            {
+                "cdc": {
+                    "op_column": "op",
+                    "order_by": "s",
+                    "tombstone_retention": "ever",
+                }
+            },
+            "cdc.tombstone_retention",
+        ),
+        (
+            {"job": {"checkpoint": "c", "writer": "jdbc"}},
+            "job.writer: Input should be 'foreach_batch' or 'datasource'",
+        ),
     ],
 )
 def test_bad_config_names_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as info:
         config_from_dict(base(**overrides))
     assert "\n" not in str(info.value)
+
+
+def test_tombstone_table_defaults_to_the_target_s_name():
+    cdc = {"op_column": "op", "order_by": "seq"}
+    config = config_from_dict(base(cdc=cdc))
+    assert config.mysql.tombstones == "t_tombstones"
+    assert config.cdc.tombstone_retention == "7 days"
+    assert config.mysql.unique_conflicts == "refuse"
+    named = config_from_dict(base(cdc=cdc, mysql__tombstone_table="deleted"))
+    assert named.mysql.tombstones == "deleted"
 
 
 def test_spark_log_level_defaults_to_warn_and_takes_any_case():
@@ -125,3 +157,34 @@ def test_durations(text, seconds):
 def test_bad_duration_says_the_form():
     with pytest.raises(ValueError, match="e.g. '10 seconds'"):
         parse_duration("ten")
+
+
+def test_relative_paths_resolve_against_the_config_files_directory(
+    tmp_path, monkeypatch
+):
+    """Not the current directory: a job or CLI started elsewhere must find the same
+    WAL and checkpoint, not new empty ones."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "sink.toml").write_text(
+        "[sink]\nid = 's'\n[wal]\npath = '../var/wal'\n"
+        "[mysql]\nurl = 'mysql+pymysql://u@h/d'\ntable = 't'\nkey = ['k']\n"
+        "password_file = 'pw'\n[job]\ncheckpoint = 'cp'\n"
+    )
+    elsewhere = tmp_path / "elsewhere" / "deeper"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    c = load_config("../../conf/sink.toml")
+    assert c.wal.path == str(tmp_path / "var" / "wal")
+    assert c.quarantine_path == str(tmp_path / "var" / "wal_quarantine")
+    assert c.job.checkpoint == str(conf / "cp")
+    assert c.mysql.password_file == str(conf / "pw")
+
+
+def test_the_example_configs_point_into_the_checkouts_var(monkeypatch, tmp_path):
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    for name in ("local", "invoices", "invoices_files"):
+        c = load_config(repo / "conf" / f"{name}.toml")
+        assert c.wal.path == str(repo / "var" / "wal" / name)
+        assert c.job.checkpoint == str(repo / "var" / "checkpoints" / name)

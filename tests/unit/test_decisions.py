@@ -14,7 +14,12 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from wal_sink.config import MysqlConfig
 from wal_sink.errors import CheckpointResetError, TerminalError, TransientError
 from wal_sink.mysql.errors import is_row_error, is_transient, mysql_error
-from wal_sink.protocol.recovery import check_checkpoint, groups
+from wal_sink.protocol.recovery import (
+    KnownBatches,
+    check_checkpoint,
+    check_commit_log,
+    groups,
+)
 from wal_sink.protocol.retry import OutageBudget, RetryStopped
 from wal_sink.spark.source import scaled_rate_limits
 from wal_sink.wal.storage_errors import storage_error
@@ -36,6 +41,29 @@ def test_checkpoint_behind_what_the_sink_knows_is_refused(planned, known, refuse
             check_checkpoint("s", "/cp", planned, known)
     else:
         check_checkpoint("s", "/cp", planned, known)
+
+
+@pytest.mark.parametrize(
+    "committed, staged, acked, refused",
+    [
+        (None, None, None, False),  # a new sink on a new checkpoint
+        (4, 4, 3, False),  # batch 4 staged, not applied yet: recovery applies it
+        (4, 5, 4, False),  # batch 5 staged, Spark died before its commit log
+        (4, None, 4, False),  # the WAL lost once everything was applied
+        (4, 2, 1, True),  # batches 3 and 4 were staged into a WAL now gone
+        (0, None, None, True),  # the whole WAL lost before anything was acked
+    ],
+)
+def test_commit_log_ahead_of_what_the_sink_knows_is_refused(
+    committed, staged, acked, refused
+):
+    known = KnownBatches(staged=staged, acked=acked)
+    if refused:
+        with pytest.raises(CheckpointResetError, match="WAL that is gone") as info:
+            check_commit_log("s", "/cp", committed, known)
+        assert "\n" not in str(info.value)
+    else:
+        check_commit_log("s", "/cp", committed, known)
 
 
 def test_groups_are_consecutive_and_bounded_by_rows():
@@ -64,6 +92,14 @@ def test_mysql_errors_that_stop_the_sink(code):
 
 def test_row_errors_are_told_apart():
     assert is_row_error(_mysql(1406)) and not is_row_error(_mysql(1213))
+
+
+@pytest.mark.parametrize("code", [1265, 1690, 1451, 3140, 4025])
+def test_errors_one_row_causes_are_row_errors_not_terminal(code):
+    """Bad ENUM/SET value or truncated number, a computed value out of range, a
+    deleted parent still referenced, invalid JSON (MySQL 8), a failed CHECK (MariaDB's
+    JSON columns): the row is set aside, the batch goes on."""
+    assert is_row_error(_mysql(code)) and not is_transient(_mysql(code))
 
 
 @pytest.mark.parametrize(

@@ -21,11 +21,15 @@ def test_sql_file_matches_schema_module():
     config = MysqlConfig(url="mysql+pymysql://u@h/d", table="t", key=("k",))
     tables = sink_tables(config)
     dialect = mysql.dialect()
-    expected = [
-        str(CreateTable(t, if_not_exists=True).compile(dialect=dialect))
-        for t in (tables.ack, tables.lease, tables.outbox)
-    ] + [
-        str(CreateIndex(i, if_not_exists=True).compile(dialect=dialect))
-        for i in tables.outbox.indexes
-    ]
+    expected = (
+        [
+            str(CreateTable(t, if_not_exists=True).compile(dialect=dialect))
+            for t in (tables.ack, tables.lease, tables.outbox)
+        ]
+        + [
+            str(CreateIndex(i, if_not_exists=True).compile(dialect=dialect))
+            for i in tables.outbox.indexes
+        ]
+        + [str(CreateTable(tables.retry, if_not_exists=True).compile(dialect=dialect))]
+    )
     assert _normalise(SQL_FILE.read_text()) == _normalise(";".join(expected))

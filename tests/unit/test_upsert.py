@@ -46,7 +46,8 @@ def test_mariadb_uses_values_function_and_version_last():
     sql = render(stmt, (10, 11, 0))
     assert "VALUES(amount)" in sql and "coalesce(totals.amount, 0)" in sql
     assert "first" not in sql, "keep columns are set on insert only"
-    assert "org =" not in sql, "key columns are never updated"
+    assert sql.count(" org = ") == 1, "key columns are never updated"
+    assert sql.startswith(" org = CASE WHEN (totals.org = VALUES(org)) THEN totals.org")
     assert sql.index("label =") < sql.index("seq =") == sql.rindex("seq =")
     assert "VALUES(seq) >= totals.seq" in sql
     assert "%(" not in sql, "PyMySQL executemany needs a parameter-free UPDATE clause"
@@ -59,7 +60,29 @@ def test_mysql8_uses_row_alias():
 
 def test_only_keys_still_valid_statement():
     sql = render(build_upsert(TABLE, ["org"], config()), (10, 11, 0))
-    assert "org = totals.org" in sql
+    assert "THEN totals.org ELSE 1/0 END" in sql
+
+
+@pytest.mark.parametrize("server", [(10, 11, 0), (8, 0, 36)])
+def test_update_reaching_a_row_of_another_key_fails_the_statement(server):
+    """Another unique index can route the update to another row: the first
+    assignment compares every key column and divides by zero otherwise (an error in
+    strict mode), before any other column is touched."""
+    two_keys = Table(
+        "t2",
+        MetaData(),
+        Column("a", String(8)),
+        Column("b", String(8)),
+        Column("v", String(8)),
+    )
+    cfg = MysqlConfig(url="mysql+pymysql://u@h/d", table="t2", key=("a", "b"))
+    sql = render(build_upsert(two_keys, ["a", "b", "v"], cfg), server)
+    new = "new." if server[0] == 8 else "VALUES("
+    close = "" if server[0] == 8 else ")"
+    assert sql.startswith(
+        f" a = CASE WHEN (t2.a = {new}a{close} AND t2.b = {new}b{close}) "
+        "THEN t2.a ELSE 1/0 END, v = "
+    )
 
 
 def test_unknown_and_missing_key_columns_are_clear_errors():
@@ -72,3 +95,12 @@ def test_unknown_and_missing_key_columns_are_clear_errors():
 def test_delete_by_key_binds_values():
     sql = str(build_delete(TABLE, config()).compile(dialect=pymysql.dialect()))
     assert sql.endswith("WHERE totals.org = %s")
+
+
+def test_delete_with_a_version_column_spares_newer_rows():
+    stmt = build_delete(TABLE, config(version_column="seq"), versioned=True)
+    sql = str(stmt.compile(dialect=pymysql.dialect()))
+    assert sql.endswith(
+        "WHERE totals.org = %s AND (totals.seq IS NULL OR totals.seq <= %s)"
+    )
+    assert list(stmt.compile().params) == ["org", "seq"]

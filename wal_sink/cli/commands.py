@@ -10,60 +10,25 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from functools import wraps
-from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from sqlalchemy.exc import DBAPIError
 
+from wal_sink.cli.base import EXIT_FAILED, err, out
+from wal_sink.cli.base import fail as _fail
+from wal_sink.cli.base import one_line_errors as _one_line_errors
+from wal_sink.cli.base import open_sink as _instance
+from wal_sink.cli.quarantine import quarantine as quarantine_group
 from wal_sink.cli.render import (
+    applied_counts,
     ids,
     quarantine_table,
     rows_table,
     size,
     status_table,
 )
-from wal_sink.config import Config, load_config
 from wal_sink.durations import parse_duration
-from wal_sink.errors import ConfigError, WalSinkError
 from wal_sink.exit_status import exit_now
-from wal_sink.mysql.errors import mysql_error
-
-if TYPE_CHECKING:
-    from wal_sink.protocol.sink_instance import SinkInstance
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-
-
-def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn expected failures into one line on stderr and the contract's exit code."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ConfigError as e:
-            _fail(str(e), EXIT_USAGE)
-        except WalSinkError as e:
-            _fail(str(e), EXIT_FAILED)
-        except DBAPIError as e:
-            _fail(str(mysql_error(e)), EXIT_FAILED)
-
-    return wrapper
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -79,7 +44,9 @@ def _fail(message: str, code: int) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Log what the library does.")
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
-    """See, recover, replay, purge and inspect a wal_sink write-ahead log.
+    """See, recover, replay, purge and inspect a wal_sink write-ahead log, set
+    aside a batch that cannot be applied, and see, retry and export quarantined
+    records.
 
     Example: wal-sink -c conf/local.toml status
     """
@@ -90,35 +57,28 @@ def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
     ctx.obj = config_path
 
 
-@contextmanager
-def _instance(ctx: click.Context) -> Iterator[SinkInstance]:
-    # Imported here: delta-rs and pyarrow are not needed for --help or usage errors.
-    from wal_sink.protocol.sink_instance import SinkInstance
-
-    if ctx.obj is None:
-        raise click.UsageError("give the sink's config: -c FILE (or WAL_SINK_CONFIG)")
-    config: Config = load_config(ctx.obj)
-    instance = SinkInstance(config)
-    try:
-        yield instance
-    finally:
-        instance.close()
-
-
 @main.command("init-db")
 @click.pass_context
 @_one_line_errors
 def init_db_command(ctx: click.Context) -> None:
-    """Create the ack and lease tables if missing (idempotent).
+    """Create the ack, lease and outbox tables (and with [cdc] and a version
+    column, the tombstone table) if missing (idempotent).
 
     Example: wal-sink -c conf/local.toml init-db
     """
     from wal_sink.mysql.tables import init_db
 
     with _instance(ctx) as sink:
+        sink.check_owners()  # a copied config is refused before any table is made
         init_db(sink.engine, sink.config.mysql)
         t = sink.tables
         out.print(f"tables {t.ack.name}, {t.lease.name} and {t.outbox.name} are ready")
+        config = sink.config
+        if config.cdc and config.mysql.version_column:
+            from wal_sink.mysql.tombstones import Tombstones
+
+            Tombstones(config).ensure(sink.engine)
+            out.print(f"tombstone table {config.mysql.tombstones} is ready")
 
 
 @main.command()
@@ -181,7 +141,7 @@ def recover(ctx: click.Context) -> None:
     if not results:
         out.print("nothing to recover: every staged batch has an ack")
     for r in results:
-        out.print(f"batch {r.batch_id}: {r.rows} rows upserted, {r.deleted} deleted")
+        out.print(f"batch {r.batch_id}: {applied_counts(r)}")
 
 
 @main.command()
@@ -265,12 +225,67 @@ def replay(
     for r in results:
         out.print(
             f"batch {r.batch_id}: "
-            + (
-                f"{r.rows} rows upserted, {r.deleted} deleted"
-                if r.applied
-                else "already applied, skipped"
-            )
+            + (applied_counts(r) if r.applied else "already applied, skipped")
         )
+
+
+@main.command()
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    help="Serve Prometheus metrics on this port (default: job.metrics_port).",
+)
+@click.pass_context
+@_one_line_errors
+def follow(ctx: click.Context, metrics_port: int | None) -> None:
+    """Apply staged batches to MySQL as they appear in the WAL, until SIGTERM.
+
+    The MySQL side of format("wal_sink"): recovers unacked batches first, then
+    applies each new one in batch order with its ack row. Takes the lease: a
+    running job or follower of this sink is fenced and stops. SIGTERM (or Ctrl-C)
+    applies what is staged, for up to job.stop_timeout, and exits 0; a second one
+    exits at once, leaving the rest staged.
+
+    Example: wal-sink -c conf/local.toml follow
+    """
+    from wal_sink.protocol.follower import Follower
+    from wal_sink.protocol.retry import RetryStopped
+
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+    logging.getLogger("wal_sink").setLevel(logging.INFO)
+    with _instance(ctx) as sink:
+        follower = Follower(sink)
+        on_signal(follower)
+        job = sink.config.job
+        port = metrics_port or (job.metrics_port if job else None)
+        if port is not None:
+            host = job.metrics_host if job else "0.0.0.0"
+            sink.metrics.serve(port, host)
+            logging.getLogger("wal_sink.follow").info(
+                "metrics at http://%s:%d/metrics", host, port
+            )
+        try:
+            follower.run()
+        except RetryStopped as e:  # a second signal while MySQL was unreachable
+            logging.getLogger("wal_sink.follow").warning("%s", e)
+
+
+def on_signal(follower) -> None:
+    """SIGTERM or SIGINT: stop after applying what is staged; a second: at once."""
+    import signal
+
+    def handle(signum: int, frame: object) -> None:
+        if follower.stopping:
+            follower.stop_now()
+        else:
+            follower.stop()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
 
 
 @main.command()
@@ -288,11 +303,18 @@ def replay(
     help="Also delete unreferenced files (purged batches, crash leftovers).",
 )
 @click.option(
+    "--quarantine-older-than",
+    "quarantine_older_than",
+    help="Also remove quarantine entries set aside longer ago, open ones included, "
+    "e.g. '30 days'. Without it only retried entries of the purged batches go.",
+)
+@click.option(
     "--retain",
     default="1 hour",
     show_default=True,
     help="--vacuum keeps unreferenced files younger than this (in whole hours, "
-    "rounded up); keep it above your longest batch write while a job runs.",
+    "rounded up); at least wal.min_vacuum_retention (default 1 hour), and above "
+    "your slowest stage while a job runs.",
 )
 @click.pass_context
 @_one_line_errors
@@ -303,37 +325,84 @@ def purge(
     dry_run: bool,
     do_vacuum: bool,
     retain: str,
+    quarantine_older_than: str | None,
 ) -> None:
     """Remove acked batches from the WAL; batches without an ack are never removed.
 
+    Retried quarantine entries of those batches go too; open ones only with
+    --quarantine-older-than. With [cdc] and a version column, also tombstones
+    older than cdc.tombstone_retention.
+
     Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
     """
-    from wal_sink.protocol.purge import plan_purge
-    from wal_sink.wal.conditional_put import check_conditional_put
+    from wal_sink.protocol.purge import (
+        PurgePlan,
+        check_retention,
+        expire_tombstones,
+        plan_purge,
+    )
+    from wal_sink.protocol.quarantine_purge import (
+        execute_quarantine_purge,
+        plan_quarantine_purge,
+    )
 
-    if (before is None) == (older_than is None):
+    if (before is not None and older_than is not None) or (
+        before is None and older_than is None and quarantine_older_than is None
+    ):
         raise click.UsageError(
-            "give exactly one of --before N or --older-than DURATION"
+            "give one of --before N or --older-than DURATION, and/or "
+            "--quarantine-older-than DURATION"
         )
     try:
         age = parse_duration(older_than) if older_than is not None else None
         retain_seconds = parse_duration(retain)
+        quarantine_age = (
+            parse_duration(quarantine_older_than)
+            if quarantine_older_than is not None
+            else None
+        )
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     with _instance(ctx) as sink:
+        if do_vacuum:  # before any purge work
+            check_retention(sink.config.wal, retain, retain_seconds)
         if not dry_run:  # purge commits to the WAL beside a running job
-            check_conditional_put(sink.config.storage, [sink.wal.path])
-        plan = plan_purge(sink, before=before, older_than=age)
+            sink.claim_tables()
         verb = "would remove" if dry_run else "removing"
-        out.print(
-            f"{verb} {len(plan.remove)} acked batch(es), {plan.rows} rows, "
-            f"{size(plan.bytes)}" + (f": {ids(plan.remove)}" if plan.remove else "")
-        )
+        if before is None and age is None:
+            plan = PurgePlan((), (), 0, 0)
+        else:
+            plan = plan_purge(sink, before=before, older_than=age)
+            out.print(
+                f"{verb} {len(plan.remove)} acked batch(es), {plan.rows} rows, "
+                f"{size(plan.bytes)}" + (f": {ids(plan.remove)}" if plan.remove else "")
+            )
         if plan.kept_unacked:
             out.print(
                 f"keeping unacked batch(es) {ids(plan.kept_unacked)}: "
                 "run `wal-sink recover` to apply them"
             )
+        expired = expire_tombstones(sink, dry_run)
+        if expired is not None:
+            out.print(
+                f"{'would remove' if dry_run else 'removed'} {expired} tombstone(s) "
+                f"older than {sink.config.cdc.tombstone_retention}"
+            )
+        entries = plan_quarantine_purge(sink, plan.remove, quarantine_age)
+        if entries.entries or quarantine_age is not None:
+            out.print(
+                f"{verb} {entries.entries} quarantine entr(ies): "
+                f"{len(entries.retried)} retried of the purged batches"
+                + (
+                    f", {entries.older} set aside before {quarantine_older_than} ago "
+                    f"({entries.older_open} of them open)"
+                    if quarantine_age is not None
+                    else ""
+                )
+            )
+        if not dry_run and entries.entries:
+            dropped = execute_quarantine_purge(sink, entries)
+            out.print(f"dropped {dropped} retry row(s) of removed entries")
         if not sink.wal.exists() or (dry_run and not do_vacuum):
             return
         from wal_sink.protocol.purge import execute_purge
@@ -344,7 +413,11 @@ def purge(
             out.print(f"dropped {forgotten} ack row(s) of purged batches")
         if do_vacuum:
             result = vacuum(
-                sink.wal.path, sink.wal.storage, retain_seconds, dry_run=dry_run
+                sink.wal.path,
+                sink.wal.storage,
+                retain_seconds,
+                sink_id=sink.sink_id,
+                dry_run=dry_run,
             )
             verb = "vacuum would free" if dry_run else "vacuum freed"
             out.print(f"{verb} {size(result.bytes)} in {result.files} file(s)")
@@ -378,11 +451,7 @@ def inspect(
         raise click.UsageError("give a batch id, or --quarantine")
     with _instance(ctx) as sink:
         if quarantine:
-            from wal_sink.wal.quarantine import Quarantine
-
-            entries = Quarantine(
-                sink.config.quarantine_path, sink.sink_id, storage=sink.config.storage
-            ).read(limit, batch_id)
+            entries = sink.quarantine.read(limit, batch_id)
             out.print(quarantine_table(sink.config.quarantine_path, entries))
             return
         batch = sink.wal.staged_batch(batch_id)
@@ -395,6 +464,40 @@ def inspect(
     out.print(rows_table(batch, rows))
 
 
+@main.command("quarantine-batch")
+@click.argument("batch_id", type=click.IntRange(min=0))
+@click.option("--yes", is_flag=True, help="Do not ask before setting it aside.")
+@click.pass_context
+@_one_line_errors
+def quarantine_batch(ctx: click.Context, batch_id: int, yes: bool) -> None:
+    """Set staged batch N aside whole: its rows go to the quarantine table, its ack
+    row says quarantined, and it is never applied.
+
+    For a batch that fails for a reason no row carries. Only the lowest staged batch
+    without an ack; exactly once. Takes the lease: a running job of this sink is
+    fenced and stops.
+
+    Example: wal-sink -c conf/local.toml quarantine-batch 42
+    """
+    from wal_sink.protocol.quarantine_batch import plan_set_aside, set_aside_batch
+
+    with _instance(ctx) as sink:
+        plan = plan_set_aside(sink, batch_id)
+        where = sink.config.quarantine_path
+        out.print(
+            f"batch {batch_id}: its {plan.rows} row(s) go to the quarantine table "
+            f"{where} and the batch is acked as quarantined; it is never applied"
+        )
+        if not yes and not click.confirm(f"Set batch {batch_id} aside?", err=True):
+            _fail("quarantine-batch cancelled; nothing changed", EXIT_FAILED)
+        result = set_aside_batch(sink, plan)
+    if not result.applied:
+        _fail(f"batch {batch_id} has an ack already; nothing changed", EXIT_FAILED)
+    out.print(
+        f"batch {batch_id}: {result.quarantined} row(s) set aside, acked as quarantined"
+    )
+
+
 @main.command("config-schema")
 def config_schema_command() -> None:
     """Print the JSON Schema of the config file, for editors that check and complete
@@ -405,6 +508,9 @@ def config_schema_command() -> None:
     from wal_sink.config import config_schema
 
     click.echo(json.dumps(config_schema(), indent=2, sort_keys=True))
+
+
+main.add_command(quarantine_group)
 
 
 def run() -> None:

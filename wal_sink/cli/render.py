@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table as RichTable
+from rich.text import Text
 
+from wal_sink.protocol.committer import CommitResult
+from wal_sink.protocol.quarantine_entries import ListedEntry
 from wal_sink.protocol.status import SinkStatus
 from wal_sink.wal.reader import StagedBatch
 
@@ -45,7 +48,28 @@ def status_table(st: SinkStatus) -> RichTable:
             "rows applied",
             f"{st.rows_applied} upserted, {st.rows_deleted} deleted, "
             f"{st.rows_quarantined} quarantined"
-            + (f" ({st.outbox_rows} on their way)" if st.outbox_rows else ""),
+            + (f" ({st.outbox_rows} on their way)" if st.outbox_rows else "")
+            + (f", {st.rows_skipped} skipped as stale" if st.rows_skipped else ""),
+        ),
+        (
+            "quarantine",
+            f"{st.quarantine_open} open, {st.quarantine_retried} retried"
+            + (
+                f" ({st.quarantine_failed} of the open failed again)"
+                if st.quarantine_failed
+                else ""
+            )
+            + f", of {st.quarantine_entries} entries",
+        ),
+        (
+            "set aside",
+            f"{len(st.quarantined_batches)} batch(es) acked as quarantined, never "
+            "applied"
+            + (
+                f": {ids(tuple(st.quarantined_batches))}"
+                if st.quarantined_batches
+                else ""
+            ),
         ),
         (
             "WAL size",
@@ -58,6 +82,11 @@ def status_table(st: SinkStatus) -> RichTable:
         ),
         ("lag", f"{maybe(st.lag_batches)} batch(es) staged beyond the last ack"),
         ("lease", f"epoch {maybe(st.lease_epoch)}, {maybe(st.lease_holder)}"),
+        *(
+            [("tombstones", f"{st.tombstones} deleted key(s) remembered")]
+            if st.tombstones is not None
+            else []
+        ),
     ]:
         table.add_row(label, value)
     return table
@@ -73,9 +102,30 @@ def quarantine_table(path: str, entries: list[dict[str, Any]]) -> RichTable:
     for e in entries:
         table.add_row(
             str(e["batch_id"]),
-            e["reason"],
-            e["record"],
+            Text(e["reason"]),
+            Text(e["record"]),
             e["recorded_at"].isoformat(timespec="seconds"),
+        )
+    return table
+
+
+def entries_table(path: str, entries: list[ListedEntry], total: int) -> RichTable:
+    """``quarantine list``: each entry's batch, kind, state, reason and when."""
+    table = RichTable(
+        title=f"quarantine {path}: {total} entries, showing {len(entries)}",
+        title_justify="left",
+    )
+    for name in ("entry", "batch", "kind", "state", "reason", "when", "record"):
+        table.add_column(name, overflow="fold")
+    for e in entries:
+        table.add_row(
+            e.entry.entry_id,
+            str(e.entry.batch_id),
+            e.kind,
+            e.state,
+            Text(e.reason),
+            e.when.isoformat(timespec="seconds"),
+            Text(e.entry.record),
         )
     return table
 
@@ -91,6 +141,13 @@ def rows_table(batch: StagedBatch, rows: list[dict[str, Any]]) -> RichTable:
     for row in rows:
         table.add_row(*("NULL" if v is None else str(v) for v in row.values()))
     return table
+
+
+def applied_counts(result: CommitResult) -> str:
+    """What applying a batch did, as ``recover`` and ``replay`` say it."""
+    return f"{result.rows} rows upserted, {result.deleted} deleted" + (
+        f", {result.skipped} skipped as stale" if result.skipped else ""
+    )
 
 
 def span(first: int | None, last: int | None) -> str:

@@ -40,19 +40,35 @@ def config_schema() -> dict[str, Any]:
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate a TOML config file.
 
-    Relative paths inside it are resolved against the current directory, the way
-    users type them in the README's commands (``-c conf/x.toml`` from the checkout).
+    Relative paths inside it are resolved against the file's own directory, not the
+    current one: the job, the CLI and a scheduler started elsewhere all reach the
+    same WAL and checkpoint (one resolved from another directory would be another,
+    empty WAL).
     """
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+        raw = tomllib.loads(_utf8_text(p))
     except FileNotFoundError:
         raise ConfigError(f"config file {str(p)!r} does not exist") from None
     except OSError as e:
         raise ConfigError(f"cannot read config file {str(p)!r}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {str(p)!r} is not valid TOML: {e}") from None
-    return config_from_dict(raw, base_dir=Path.cwd())
+    return config_from_dict(raw, base_dir=p.absolute().parent)
+
+
+def _utf8_text(path: Path) -> str:
+    """The file's text; TOML is UTF-8 (a leading byte-order mark is dropped, as
+    some editors write one)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"config file {str(path)!r} is not UTF-8 text (byte 0x{data[e.start]:02x} "
+            f"on line {line}); save it as UTF-8"
+        ) from None
 
 
 def config_from_dict(raw: dict[str, Any], base_dir: Path = Path(".")) -> Config:
@@ -143,6 +159,10 @@ def mysql_password(mysql: MysqlConfig) -> str:
         except (OSError, IndexError):
             raise ConfigError(
                 f"mysql.password_file {mysql.password_file!r} is missing or empty"
+            ) from None
+        except UnicodeDecodeError:
+            raise ConfigError(
+                f"mysql.password_file {mysql.password_file!r} is not UTF-8 text"
             ) from None
     value = os.environ.get(mysql.password_env)
     if value is None:

@@ -16,19 +16,24 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationInfo,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
 from pydantic.dataclasses import dataclass
-from sqlalchemy.engine import make_url
 
-from wal_sink.durations import parse_duration
-from wal_sink.storage import Storage, is_s3
+from wal_sink.config.values import (
+    DurationText,
+    PositiveDurationText,
+    PositiveSeconds,
+    Seconds,
+    mysql_url,
+)
+from wal_sink.storage import CREDENTIAL, Storage, is_s3
 
 SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RESERVED_PREFIX = "_wal_"
+TOMBSTONE_SUFFIX = "_tombstones"
 SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
@@ -42,36 +47,16 @@ def _identifier(value: str) -> str:
     return value
 
 
-def _seconds(value: Any) -> float:
-    """A duration in seconds: a number, or text such as '10 seconds'."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    if not isinstance(value, str):
-        raise ValueError("a duration is a number of seconds or text like '10 seconds'")
-    return parse_duration(value)
-
-
-def _duration_text(value: str) -> str:
-    parse_duration(value)
-    return value
-
-
 def _location(value: str, info: ValidationInfo) -> str:
-    """A URI or an absolute path as given; a relative path under the base directory
-    (the one place relative paths are resolved)."""
+    """A URI or an absolute path as given; a relative path under the base directory,
+    the config file's (the one place relative paths are resolved)."""
     if "://" in value or os.path.isabs(value):
         return value
     base = (info.context or {}).get("base_dir", Path.cwd())
     return str((Path(base) / value).resolve())
 
 
-DURATION_SCHEMA = {
-    "anyOf": [{"type": "number"}, {"type": "string"}],
-    "description": "seconds, or text such as '10 seconds', '500ms', '2 minutes'",
-}
 Identifier = Annotated[str, AfterValidator(_identifier)]
-Seconds = Annotated[float, BeforeValidator(_seconds), WithJsonSchema(DURATION_SCHEMA)]
-DurationText = Annotated[str, AfterValidator(_duration_text)]
 Location = Annotated[str, Field(min_length=1), AfterValidator(_location)]
 Text = Annotated[str, Field(min_length=1)]
 Positive = Annotated[int, Field(gt=0, strict=True)]
@@ -100,7 +85,8 @@ class SourceConfig:
     format: Literal["json", "csv", "parquet", "kafka", "rate"]
     """Spark source."""
     path: Location | None = None
-    """Landing directory for file formats."""
+    """Landing directory for file formats; a relative path is taken from the config
+    file's directory."""
     schema: Text | None = None
     """Spark DDL schema of the records (file formats; kafka's JSON value)."""
     options: dict[str, Any] = Field(default_factory=dict)
@@ -136,13 +122,18 @@ class TransformConfig:
 @dataclass(frozen=True, config=SECTION)
 class WalConfig:
     path: Location
-    """Delta table of the write-ahead log: a path or an object-store URI."""
+    """Delta table of the write-ahead log: a path or an object-store URI; a relative
+    path is taken from the config file's directory."""
     chunk_rows: Positive = 20_000
     """Rows read back from the WAL and sent to MySQL per statement batch."""
     quarantine_path: Location | None = None
-    """Delta table of set-aside rows; default: the WAL path + "_quarantine"."""
+    """Delta table of set-aside rows; default: the WAL path + "_quarantine" (a
+    relative path is taken from the config file's directory)."""
     max_pending: Positive = 2
     """Staged batches that may wait for MySQL; beyond that foreachBatch waits."""
+    min_vacuum_retention: Seconds = 3600.0
+    """Floor of `purge --vacuum --retain`: a stage in progress has files younger than
+    itself, so keep this above the slowest stage (default one hour)."""
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -161,10 +152,17 @@ class MysqlConfig:
     """Per-column policy: overwrite (default) | add | keep."""
     version_column: Identifier | None = None
     """Rows update overwrite columns only when their version is >= the stored one."""
+    unique_conflicts: Literal["refuse", "quarantine"] = "refuse"
+    """Another unique index the stream writes: refuse to start, or set aside records
+    that would reach another row through it."""
+    tombstone_table: Identifier | None = None
+    """With [cdc] and version_column: deleted keys and versions (default: the target
+    table's name + "_tombstones")."""
     password_env: Text = "WAL_SINK_MYSQL_PASSWORD"
     """Environment variable holding the password."""
     password_file: Location | None = None
-    """File holding the password (first line), used when set instead of the env."""
+    """File holding the password (first line), used when set instead of the env; a
+    relative path is taken from the config file's directory."""
     ack_table: Identifier = "wal_sink_ack"
     """One row per applied batch, written in the batch's own transaction."""
     lease_table: Identifier = "wal_sink_lease"
@@ -172,6 +170,9 @@ class MysqlConfig:
     outbox_table: Identifier = "wal_sink_outbox"
     """Rows set aside, written in the batch's transaction, until they reach the
     quarantine Delta table."""
+    retry_table: Identifier = "wal_sink_retry"
+    """Quarantine entries `wal-sink quarantine retry` applied, or tried and saw fail
+    again: one row per entry, written in the retry's own transaction."""
     tls: dict[
         Literal[
             "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert", "ssl_verify_identity"
@@ -182,38 +183,28 @@ class MysqlConfig:
     local_infile: Annotated[bool, Field(strict=True)] = False
     """Upsert chunks with LOAD DATA LOCAL INFILE + one INSERT … SELECT (MariaDB, needs
     the server's local_infile); falls back to multi-row INSERTs when refused."""
-    outage_budget: Seconds = 300.0
+    outage_budget: PositiveSeconds = 300.0
     """How long a batch transaction (and the start-up) keeps retrying transient
     errors — MySQL down, failing over, deadlocks — before the query fails."""
-    retry_backoff: Seconds = 0.5
+    retry_backoff: PositiveSeconds = 0.5
     """Wait before the first retry; doubles each time, with jitter."""
-    retry_backoff_max: Seconds = 10.0
+    retry_backoff_max: PositiveSeconds = 10.0
     """Cap of the wait between two retries."""
     max_transaction_rows: Positive = 200_000
     """Consecutive staged batches share one transaction while their rows stay
     under this; a larger batch still gets a transaction of its own."""
-    read_timeout: Seconds = 600.0
+    read_timeout: PositiveSeconds = 600.0
     """How long to wait for a server reply before the connection counts as lost."""
 
     @field_validator("url")
     @classmethod
     def _url(cls, url: str) -> str:
-        try:
-            parsed = make_url(url)
-        except Exception:
-            raise ValueError(f"{url!r} is not a SQLAlchemy URL") from None
-        if parsed.password is not None:
-            raise ValueError(
-                "must not contain a password; set it in the environment variable "
-                "named by mysql.password_env"
-            )
-        if not parsed.drivername.startswith(("mysql", "mariadb")):
-            raise ValueError(
-                f"must be a mysql+pymysql:// URL, not {parsed.drivername!r}"
-            )
-        if not parsed.database:
-            raise ValueError("must name a database, e.g. mysql+pymysql://u@host/db")
-        return url
+        return mysql_url(url)
+
+    @property
+    def tombstones(self) -> str:
+        """The tombstone table's name (used with [cdc] and a version column)."""
+        return self.tombstone_table or f"{self.table}{TOMBSTONE_SUFFIX}"
 
     @model_validator(mode="after")
     def _columns(self) -> MysqlConfig:
@@ -240,6 +231,9 @@ class CdcConfig:
     """Rows of one batch are applied in this column's order."""
     delete_values: Annotated[tuple[Text, ...], Field(min_length=1)] = ("D",)
     """Values of ``op_column`` that delete the key."""
+    tombstone_retention: DurationText = "7 days"
+    """With mysql.version_column: how long a delete keeps older upserts of its key
+    out (``wal-sink purge`` removes older tombstones)."""
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -252,8 +246,13 @@ class RestartConfig:
     """Wait before a restart."""
     max_failures: Count = 3
     """failure-rate: failures allowed within ``interval``."""
-    interval: Seconds = 300.0
+    interval: PositiveSeconds = 300.0
     """failure-rate: the window."""
+
+
+# Settings whose name matches CREDENTIAL but whose value is a class or a path, never
+# a secret: which provider chain finds the credentials.
+NOT_SECRET = ("credentials.provider", "credential.provider.path")
 
 
 def _spark_settings(value: Any) -> Any:
@@ -261,6 +260,12 @@ def _spark_settings(value: Any) -> Any:
         for key in value:
             if not str(key).startswith("spark."):
                 raise ValueError(f"{key!r} is not a Spark setting (spark.*)")
+            if CREDENTIAL.search(str(key)) and not str(key).endswith(NOT_SECRET):
+                raise ValueError(
+                    f"{key!r} may hold a secret, which Spark would show in its UI "
+                    "and event log; credentials come from the environment (e.g. "
+                    "AWS_SECRET_ACCESS_KEY) or a role, never from the config file"
+                )
         return {
             k: str(v).lower() if isinstance(v, bool) else str(v)
             for k, v in value.items()
@@ -271,8 +276,9 @@ def _spark_settings(value: Any) -> Any:
 @dataclass(frozen=True, config=SECTION)
 class JobConfig:
     checkpoint: Location
-    """Spark checkpointLocation of the streaming query."""
-    trigger: DurationText = "2 seconds"
+    """Spark checkpointLocation of the streaming query; a relative path is taken
+    from the config file's directory."""
+    trigger: PositiveDurationText = "2 seconds"
     """Processing-time trigger interval."""
     output_mode: Literal["append", "update", "complete"] = "append"
     """Spark output mode."""
@@ -293,6 +299,9 @@ class JobConfig:
         "WARN"
     )
     """Spark's own log level in the job's output (INFO brings Spark's INFO back)."""
+    writer: Literal["foreach_batch", "datasource"] = "foreach_batch"
+    """How the job's query stages: foreach_batch (a committer thread in the driver)
+    or datasource (format("wal_sink"), with a follower process applying)."""
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -336,6 +345,11 @@ class Config:
                 )
         if self.cdc and self.cdc.op_column in m.key:
             raise ValueError("cdc.op_column cannot be a key column")
+        if self.cdc and m.version_column and not IDENTIFIER.match(m.tombstones):
+            raise ValueError(
+                f"mysql.tombstone_table: {m.tombstones!r} is longer than 64 "
+                "characters; name the tombstone table"
+            )
         for key, location in (
             ("wal.path", self.wal_path),
             ("wal.quarantine_path", self.quarantine_path),

@@ -11,10 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, Table, delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    Table,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from wal_sink.mysql.errors import DUPLICATE_KEY, error_code
+from wal_sink.mysql.tables import APPLIED, QUARANTINED
+
+UNKNOWN_COLUMN = 1054
 
 
 @dataclass(frozen=True)
@@ -25,6 +39,7 @@ class Ack:
     quarantined: int
     apply_id: str | None
     committed_at: datetime
+    skipped: int = 0
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,7 @@ class AckSummary:
     deleted: int
     quarantined: int
     last_commit_at: datetime | None
+    skipped: int = 0
 
 
 class AckTable:
@@ -50,9 +66,15 @@ class AckTable:
         return self._mine & self.table.c.batch_id.between(first, last)
 
     def insert(
-        self, conn: Connection, batch_id: int, epoch: int, apply_id: str
+        self,
+        conn: Connection,
+        batch_id: int,
+        epoch: int,
+        apply_id: str,
+        state: str = APPLIED,
     ) -> bool:
         """Insert the batch's ack row first; False when one exists (duplicate key).
+        ``state`` is APPLIED, or QUARANTINED for a batch set aside whole.
 
         A failed statement does not end a MySQL transaction: the caller decides."""
         try:
@@ -66,6 +88,7 @@ class AckTable:
                     epoch=epoch,
                     committed_at=func.now(6),
                     apply_id=apply_id,
+                    state=state,
                 )
             )
         except IntegrityError as e:
@@ -75,8 +98,15 @@ class AckTable:
         return True
 
     def complete(
-        self, conn: Connection, batch_id: int, rows: int, deleted: int, quarantined: int
+        self,
+        conn: Connection,
+        batch_id: int,
+        rows: int,
+        deleted: int,
+        quarantined: int,
+        skipped: int = 0,
     ) -> None:
+        """Fill in the counts; ``skipped``: CDC upserts a newer delete made stale."""
         conn.execute(
             update(self.table)
             .where(self._between(batch_id, batch_id))
@@ -84,6 +114,7 @@ class AckTable:
                 row_count=rows,
                 deleted_count=deleted,
                 quarantined=quarantined,
+                skipped_count=skipped,
                 committed_at=func.now(6),
             )
         )
@@ -104,6 +135,7 @@ class AckTable:
                 c.quarantined,
                 c.apply_id,
                 c.committed_at,
+                c.skipped_count,
             )
             .where(self._between(first, last))
             .with_for_update()
@@ -119,6 +151,23 @@ class AckTable:
             ).scalars()
         )
 
+    def apply_ids(
+        self, conn: Connection, first: int, last: int
+    ) -> dict[int, str | None]:
+        """The apply that wrote each ack in ``first``..``last`` (a plain read); none
+        from an ack table of 0.1 not upgraded yet."""
+        c = self.table.c
+        try:
+            return dict(
+                conn.execute(
+                    select(c.batch_id, c.apply_id).where(self._between(first, last))
+                ).all()
+            )
+        except DBAPIError as e:
+            if error_code(e) != UNKNOWN_COLUMN:
+                raise
+            return {}
+
     def committed_at(
         self, conn: Connection, first: int, last: int
     ) -> dict[int, datetime]:
@@ -129,6 +178,23 @@ class AckTable:
             ).all()
         )
 
+    def set_aside(self, conn: Connection) -> list[int]:
+        """Batches acked as quarantined (set aside whole, never applied), of the ack
+        rows kept (a purge drops those of purged batches). An ack table from before
+        0.3, not upgraded yet, has none."""
+        try:
+            return list(
+                conn.execute(
+                    select(self.table.c.batch_id)
+                    .where(self._mine & (self.table.c.state == QUARANTINED))
+                    .order_by(self.table.c.batch_id)
+                ).scalars()
+            )
+        except DBAPIError as e:
+            if error_code(e) != UNKNOWN_COLUMN:
+                raise
+            return []
+
     def newest(self, conn: Connection) -> int | None:
         """The highest acked batch id (batches are applied in order, I8)."""
         return conn.execute(
@@ -136,22 +202,40 @@ class AckTable:
         ).scalar_one()
 
     def summary(self, conn: Connection) -> AckSummary:
+        """Counts over this sink's ack rows (an ack table from before 0.3, not
+        upgraded yet, has no skipped rows)."""
         c = self.table.c
-        row = conn.execute(
-            select(
-                func.count(),
-                func.min(c.batch_id),
-                func.max(c.batch_id),
-                func.coalesce(func.sum(c.row_count), 0),
-                func.coalesce(func.sum(c.deleted_count), 0),
-                func.coalesce(func.sum(c.quarantined), 0),
-                func.max(c.committed_at),
-            ).where(self._mine)
-        ).one()
-        count, first, last, rows, deleted, quarantined, at = row
+        skipped = func.coalesce(func.sum(c.skipped_count), 0)
+        try:
+            row = conn.execute(self._summary(skipped)).one()
+        except DBAPIError as e:
+            if error_code(e) != UNKNOWN_COLUMN:
+                raise
+            row = conn.execute(self._summary(literal(0))).one()
+        count, first, last, rows, deleted, quarantined, at, skipped = row
         return AckSummary(
-            count, first, last, int(rows), int(deleted), int(quarantined), at
+            count,
+            first,
+            last,
+            int(rows),
+            int(deleted),
+            int(quarantined),
+            at,
+            int(skipped),
         )
+
+    def _summary(self, skipped: ColumnElement) -> Select:
+        c = self.table.c
+        return select(
+            func.count(),
+            func.min(c.batch_id),
+            func.max(c.batch_id),
+            func.coalesce(func.sum(c.row_count), 0),
+            func.coalesce(func.sum(c.deleted_count), 0),
+            func.coalesce(func.sum(c.quarantined), 0),
+            func.max(c.committed_at),
+            skipped,
+        ).where(self._mine)
 
     def forget(self, conn: Connection, batch_ids: list[int]) -> int:
         """Drop the acks of batches purged from the WAL, keeping the newest ack row

@@ -30,8 +30,9 @@ UNQUOTED = (
     pa.types.is_decimal,
     pa.types.is_boolean,
 )
-# MySQL string literal escapes (as PyMySQL's), backslash first; the session's
-# sql_mode never has NO_BACKSLASH_ESCAPES (db.SESSION_SQL_MODE).
+# MySQL string literal escapes (as PyMySQL's), backslash first: exact only on a
+# session without NO_BACKSLASH_ESCAPES and with utf8mb4 client text, which the
+# callers check on each batch's connection (escaping.renders_exactly).
 SQL_ESCAPES = (
     ("\\", "\\\\"),
     ("\0", "\\0"),
@@ -104,10 +105,14 @@ def sql_rows(
 def _as_text(column: pa.Array) -> pa.Array:
     if pa.types.is_boolean(column.type):
         column = column.cast(pa.int8())
-    if pa.types.is_floating(column.type) and column.type != pa.float64():
+    if pa.types.is_floating(column.type):
         # A FLOAT's shortest text ("0.1", "3.4028235e+38") is another number as a
         # DOUBLE, or out of a FLOAT column's range; the double's text is exact.
-        column = column.cast(pa.float64())
+        text = column.cast(pa.float64()).cast(pa.string())
+        # "-0" is the integer 0 to MySQL; "-0e0" is the double -0.0, as the driver
+        # writes it: the server gets the stream's value (MariaDB 10.11 then stores
+        # every zero of a DOUBLE column as 0).
+        return pc.if_else(pc.equal(text, "-0"), "-0e0", text)
     if pa.types.is_timestamp(column.type) and column.type.tz is not None:
         column = column.cast(pa.timestamp(column.type.unit))  # naive UTC (session TZ)
     if pa.types.is_decimal(column.type):

@@ -24,13 +24,14 @@ import zlib
 from collections.abc import Sequence
 
 import pyarrow as pa
-from sqlalchemy import Connection, Table, literal_column, select, table, text
+from sqlalchemy import Connection, Table, column, literal_column, select, table, text
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import MysqlConfig
 from wal_sink.mysql.arrow_text import renderable, tsv
 from wal_sink.mysql.errors import error_code
+from wal_sink.mysql.guarded_connection import GuardedConnection
 from wal_sink.mysql.upsert import update_assignments
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class BulkLoader:
         self.staging_name = (
             f"_wal_sink_load_{zlib.crc32(f'{sink_id}/{target.name}'.encode())}"
         )
-        staging = table(self.staging_name, *[literal_column(c) for c in columns])
+        staging = table(self.staging_name, *[column(c) for c in columns])
         source = select(*[staging.c[c] for c in columns]).order_by(
             literal_column(ROW_COLUMN)
         )
@@ -68,7 +69,16 @@ class BulkLoader:
 
     @staticmethod
     def supports(conn: Connection, schema: pa.Schema) -> bool:
-        return conn.dialect.is_mariadb and renderable(schema)
+        """MariaDB, types with a text form, and a connection of the sink's own
+        engine, which sends the server no file but the one being loaded."""
+        guarded = isinstance(conn.connection.dbapi_connection, GuardedConnection)
+        if not guarded:
+            log.warning(
+                "mysql.local_infile: the engine was not made by the sink, so it "
+                "could send the server any file it asks for; using multi-row "
+                "INSERTs instead"
+            )
+        return guarded and conn.dialect.is_mariadb and renderable(schema)
 
     def apply(self, conn: Connection, chunk: pa.RecordBatch) -> int:
         """Upsert ``chunk`` set-based; raise BulkLoadRefused or a DBAPIError."""
@@ -97,13 +107,14 @@ class BulkLoader:
             with os.fdopen(fd, "wb") as f:
                 f.write(tsv(chunk, self.columns))
             try:
-                conn.exec_driver_sql(
-                    f"LOAD DATA LOCAL INFILE %s INTO TABLE {staging} CHARACTER SET "
-                    "utf8mb4 FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\'"
-                    " LINES TERMINATED BY '\\n'"
-                    f" ({names}, {ROW_COLUMN})",
-                    (path,),
-                )
+                with conn.connection.dbapi_connection.serving(path):
+                    conn.exec_driver_sql(
+                        f"LOAD DATA LOCAL INFILE %s INTO TABLE {staging} CHARACTER "
+                        "SET utf8mb4 FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\'"
+                        " LINES TERMINATED BY '\\n'"
+                        f" ({names}, {ROW_COLUMN})",
+                        (path,),
+                    )
             except DBAPIError as e:
                 if error_code(e) in LOCAL_INFILE_REFUSED:
                     raise BulkLoadRefused(str(e.orig)) from e

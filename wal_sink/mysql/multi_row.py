@@ -29,15 +29,17 @@ class MultiRowUpsert:
     ) -> None:
         compiled = upsert.compile(dialect=conn.dialect, column_keys=list(columns))
         match = RE_INSERT_VALUES.match(str(compiled))
-        order = re.findall(r"%\((\w+)\)s", match.group(2)) if match else []
-        if (
-            match is None
-            or "%" in match.group(1) + match.group(3)
-            or sorted(order) != sorted(columns)
-        ):
+        if match is None:
+            raise ValueError("not a multi-row INSERT this path can build")
+        prefix, values, postfix = match.groups()
+        # Bind names are the column names with characters such as a space replaced
+        # (SQLAlchemy's escaped_bind_names); they never hold ")".
+        original = {v: k for k, v in compiled.escaped_bind_names.items()}
+        order = [original.get(n, n) for n in re.findall(r"%\(([^)]+)\)s", values)]
+        if "%" in prefix + postfix or sorted(order) != sorted(columns):
             raise ValueError("not a multi-row INSERT this path can build")
         self.columns = order  # the statement's column order
-        self.prefix, self.postfix = match.group(1), match.group(3)
+        self.prefix, self.postfix = prefix, postfix
 
     @classmethod
     def for_schema(

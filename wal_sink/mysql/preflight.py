@@ -4,12 +4,14 @@ line at start instead of a failure in the middle of a stream (DESIGN.md §3)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from sqlalchemy import Connection, Engine, Table, inspect, text
 from sqlalchemy.types import Date, DateTime, Float, Integer, Numeric, Time
 
 from wal_sink.config import Config
 from wal_sink.errors import ConfigError
+from wal_sink.mysql.unique_keys import refuse_unique_conflicts
 
 # SQLAlchemy 2.1's Float is not a Numeric subclass: name both.
 NUMBERS = (Integer, Numeric, Float)
@@ -17,11 +19,18 @@ NUMBERS = (Integer, Numeric, Float)
 log = logging.getLogger(__name__)
 
 
-def preflight(engine: Engine, config: Config, target: Table) -> list[str]:
-    """Raise ConfigError for the first problem; return warnings worth logging."""
+def preflight(
+    engine: Engine, config: Config, target: Table, stream_columns: Iterable[str] = ()
+) -> list[str]:
+    """Raise ConfigError for the first problem; return warnings worth logging.
+
+    ``stream_columns`` are the columns the sink is known to write (the WAL's, the
+    job's query's): another unique index they reach is refused here, before the
+    lease is taken (unique_keys.py)."""
     with engine.connect() as conn:
         _check_key(conn, config, target)
         _check_columns(config, target)
+        refuse_unique_conflicts(conn, config, target.name, stream_columns)
         _check_strict(conn)
         warnings = _durability_warnings(conn)
     for warning in warnings:
@@ -80,6 +89,18 @@ def _check_strict(conn: Connection) -> None:
         raise ConfigError(
             f"the MySQL session is not in strict SQL mode (sql_mode={mode!r}); bad "
             "values would be silently truncated. Allow the sink to set sql_mode"
+        )
+    _check_division_by_zero(mode)
+
+
+def _check_division_by_zero(mode: str) -> None:
+    """The upsert's guard against reaching another key's row fails the statement
+    with a division by zero (upsert.py), an error only in this mode."""
+    if "ERROR_FOR_DIVISION_BY_ZERO" not in mode:
+        raise ConfigError(
+            f"the MySQL session's sql_mode ({mode!r}) lacks ERROR_FOR_DIVISION_BY_ZERO,"
+            " which stops an upsert from reaching the row of another key through "
+            "another unique index. Allow the sink to set sql_mode"
         )
 
 

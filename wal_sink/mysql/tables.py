@@ -1,5 +1,6 @@
-"""The sink's own MySQL tables: acks (what is applied), leases (who may apply) and
-the quarantine outbox (rows set aside, on their way to the quarantine table).
+"""The sink's own MySQL tables: acks (what is applied), leases (who may apply), the
+quarantine outbox (rows set aside, on their way to the quarantine table) and the
+retry table (quarantine entries a retry applied, or tried and failed).
 
 ``sql/wal_sink_tables.sql`` is the same DDL for DBAs; a unit test keeps the two equal.
 """
@@ -29,7 +30,19 @@ from wal_sink.mysql.errors import error_code
 
 SINK_ID_LENGTH = 128
 APPLY_ID_LENGTH = 32
+ENTRY_ID_LENGTH = 96
 ACCESS_DENIED = frozenset({1142, 1143, 1044, 1045})
+APPLIED = "applied"
+QUARANTINED = "quarantined"
+"""Ack states: the batch's rows were applied, or the whole batch was set aside
+(``wal-sink quarantine-batch``) and never applied."""
+ADDED_ACK_COLUMNS = {
+    "apply_id": ("CHAR(32) NULL", "0.2"),
+    "state": (f"VARCHAR(16) NOT NULL DEFAULT '{APPLIED}'", "0.3"),
+    "skipped_count": ("BIGINT NOT NULL DEFAULT 0", "0.3"),
+}
+"""Ack columns later versions added, with their DDL and that version: a table made
+earlier gets them from init-db or the job, when the user may ALTER it."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,7 @@ class SinkTables:
     ack: Table
     lease: Table
     outbox: Table
+    retry: Table
 
 
 def sink_tables(mysql: MysqlConfig) -> SinkTables:
@@ -53,6 +67,8 @@ def sink_tables(mysql: MysqlConfig) -> SinkTables:
         Column("epoch", BigInteger, nullable=False),
         Column("committed_at", DATETIME(fsp=6), nullable=False),
         Column("apply_id", CHAR(APPLY_ID_LENGTH)),
+        Column("state", String(16), nullable=False, server_default=APPLIED),
+        Column("skipped_count", BigInteger, nullable=False, server_default="0"),
         mysql_engine="InnoDB",
     )
     lease = Table(
@@ -77,27 +93,62 @@ def sink_tables(mysql: MysqlConfig) -> SinkTables:
         Index(f"{mysql.outbox_table}_sink", "sink_id", "id"),
         mysql_engine="InnoDB",
     )
-    return SinkTables(ack, lease, outbox)
+    retry = Table(
+        mysql.retry_table,
+        metadata,
+        Column("sink_id", String(SINK_ID_LENGTH), primary_key=True),
+        Column("entry_id", String(ENTRY_ID_LENGTH), primary_key=True),
+        Column("batch_id", BigInteger, nullable=False),
+        Column("state", String(16), nullable=False),
+        Column("retry_id", CHAR(APPLY_ID_LENGTH), nullable=False),
+        Column("reason", Text),
+        Column("retried_at", DATETIME(fsp=6), nullable=False),
+        mysql_engine="InnoDB",
+    )
+    return SinkTables(ack, lease, outbox, retry)
 
 
 def init_db(engine: Engine, mysql: MysqlConfig) -> None:
-    """Create the sink's tables if they do not exist (idempotent), and add the
-    ack table's ``apply_id`` to one created by wal_sink 0.1."""
+    """Create the sink's tables if they do not exist (idempotent), and add the ack
+    columns of later versions to an ack table an earlier one created.
+
+    Raises:
+        ConfigError: a table or column of a later version is missing and this user
+            may not add it (it names the upgrade script).
+    """
     tables = sink_tables(mysql)
-    tables.ack.metadata.create_all(engine, checkfirst=True)
+    metadata = tables.ack.metadata
+    metadata.create_all(engine, [tables.ack, tables.lease, tables.outbox])
+    _create_retry_table(engine, tables.retry)
     with engine.connect() as conn:
         columns = {c["name"] for c in inspect(conn).get_columns(tables.ack.name)}
-    if "apply_id" in columns:
-        return
     name = engine.dialect.identifier_preparer.quote(tables.ack.name)
+    for column, (ddl, version) in ADDED_ACK_COLUMNS.items():
+        if column in columns:
+            continue
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(f"ALTER TABLE {name} ADD COLUMN {column} {ddl}"))
+        except DBAPIError as e:
+            if error_code(e) not in ACCESS_DENIED:
+                raise
+            raise ConfigError(
+                f"the ack table {tables.ack.name} lacks column {column} (added in "
+                f"{version}) and this user may not add it ({first_line(e.orig)}): "
+                f"run sql/upgrade_{version}.sql as a user allowed to ALTER it"
+            ) from None
+
+
+def _create_retry_table(engine: Engine, retry: Table) -> None:
+    """The retry table (0.4), or one line naming the upgrade script when this user
+    may not create it."""
     try:
-        with engine.begin() as conn:
-            conn.execute(text(f"ALTER TABLE {name} ADD COLUMN apply_id CHAR(32) NULL"))
+        retry.create(engine, checkfirst=True)
     except DBAPIError as e:
         if error_code(e) not in ACCESS_DENIED:
             raise
         raise ConfigError(
-            f"the ack table {tables.ack.name} lacks column apply_id (added in 0.2) "
-            f"and this user may not add it ({first_line(e.orig)}): run "
-            "sql/upgrade_0.2.sql as a user allowed to ALTER it"
+            f"the retry table {retry.name} (added in 0.4) does not exist and this "
+            f"user may not create it ({first_line(e.orig)}): run sql/upgrade_0.4.sql "
+            "as a user allowed to CREATE it"
         ) from None

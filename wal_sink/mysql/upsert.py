@@ -1,9 +1,27 @@
 """SQL for the merge semantics (DESIGN.md §2): overwrite, add, keep, the version
-guard and CDC deletes.
+guard, the guard against reaching another row, and CDC deletes.
 
 Statements are SQLAlchemy Core objects executed with bound parameters, so identifiers
 are quoted by SQLAlchemy and the dialect decides how to name the incoming row
 (MariaDB's ``VALUES(col)``, MySQL 8's row alias).
+
+``INSERT … ON DUPLICATE KEY UPDATE`` updates the row of whichever unique index the
+insert collides with first (InnoDB checks the PRIMARY KEY, then the secondary unique
+indexes). With another unique index than ``mysql.key`` that can be another row's: a
+new key whose e-mail another key holds would update that other row. So the update
+first checks that the row it reached has the incoming row's key, and otherwise fails
+the statement with MySQL's own error 1365 (division by zero, an error in the strict
+mode every sink session runs in). The caller isolates that row and sets it aside.
+
+The server decides, row by row in staged order, with its own comparison rules
+(collations, trailing spaces, prefix indexes, generated columns, defaults of columns
+the stream does not write) and under the insert's own locks: a row that conflicts
+with an earlier row of the batch fails (the first wins), a value an earlier row moved
+away from is free again, and a concurrent writer cannot slip in between a check and
+the write, as there is none. Nothing is read ahead, so the fast paths cost nothing
+more. A row whose key exists when ``mysql.key`` is the PRIMARY KEY always reaches its
+own row (the PRIMARY KEY is checked first), and a collision of its new values is
+MySQL's error 1062 for that row, set aside the same way.
 """
 
 from __future__ import annotations
@@ -30,6 +48,9 @@ from wal_sink.errors import TerminalError
 # The UPDATE clause must hold no bound parameters: PyMySQL's multi-row executemany
 # repeats only the VALUES part, so constants there are literal SQL.
 ZERO = literal_column("0")
+# Fails the statement in strict mode (ERROR_FOR_DIVISION_BY_ZERO) when evaluated:
+# the upsert reached a row of another key (see the module docstring).
+ANOTHER_ROW = literal_column("1/0")
 
 
 def build_upsert(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> Insert:
@@ -45,18 +66,24 @@ def update_assignments(
 ) -> list[tuple[str, ColumnElement]]:
     """The ON DUPLICATE KEY UPDATE list; ``new`` names the incoming row.
 
-    Key columns are never updated, ``keep`` columns only set on insert, ``add``
-    columns add the incoming value, ``overwrite`` columns take it — guarded by the
-    version column when one is configured. The version column is assigned last:
-    MySQL evaluates the assignments left to right and later ones see earlier results.
+    The first assignment fails the statement when the row reached has another key
+    (the module docstring says why); key columns are otherwise never updated.
+    ``keep`` columns are only set on insert, ``add`` columns add the incoming value,
+    ``overwrite`` columns take it — guarded by the version column when one is
+    configured. The version column is assigned last: MySQL evaluates the assignments
+    left to right and later ones see earlier results.
     """
     _check_columns(table, columns, mysql)
+    first_key = mysql.key[0]
+    same_row = and_(*[table.c[k] == new[k] for k in mysql.key])
+    assignments: list[tuple[str, ColumnElement]] = [
+        (first_key, case((same_row, table.c[first_key]), else_=ANOTHER_ROW))
+    ]
     version = mysql.version_column if mysql.version_column in columns else None
     newer: ColumnElement[bool] | None = None
     if version:
         stored_v = table.c[version]
         newer = stored_v.is_(None) | (new[version] >= stored_v)
-    assignments: list[tuple[str, ColumnElement]] = []
     for name in columns:
         if name in mysql.key or name == version:
             continue
@@ -74,15 +101,21 @@ def update_assignments(
         assignments.append(
             (version, case((newer, new[version]), else_=table.c[version]))
         )
-    if not assignments:
-        first_key = mysql.key[0]
-        assignments.append((first_key, table.c[first_key]))
     return assignments
 
 
-def build_delete(table: Table, mysql: MysqlConfig) -> Delete:
-    """DELETE by key, executed with one parameter set per deleted row."""
-    return delete(table).where(and_(*[table.c[k] == bindparam(k) for k in mysql.key]))
+def build_delete(table: Table, mysql: MysqlConfig, versioned: bool = False) -> Delete:
+    """DELETE by key, executed with one parameter set per deleted row (the key's
+    columns, and the version column when ``versioned``: the rows carry it).
+
+    With a version a delete only removes a row whose stored version is NULL or not
+    newer than its own: an older delete arriving late never removes newer data, and
+    a delete beats an upsert of the same version."""
+    where = and_(*[table.c[k] == bindparam(k) for k in mysql.key])
+    if versioned and mysql.version_column:
+        stored = table.c[mysql.version_column]
+        where = where & (stored.is_(None) | (stored <= bindparam(mysql.version_column)))
+    return delete(table).where(where)
 
 
 def _check_columns(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> None:

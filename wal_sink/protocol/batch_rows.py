@@ -3,9 +3,10 @@ the commit, DESIGN.md §2), in staged order and in bounded chunks.
 
 A chunk goes as multi-row INSERTs rendered in Arrow (or through LOAD DATA with
 ``mysql.local_infile``); one that cannot be rendered exactly, or that MySQL rejects,
-goes value by value through the driver. Rows with a null key, NaN or infinity, or
-values MySQL rejects (isolated under savepoints by bisecting the chunk) are set aside
-for the quarantine; the rest of the batch is applied.
+goes value by value through the driver. Rows MySQL cannot be sent (screen.py), rows
+with a null key, NaN or infinity, and rows whose values MySQL rejects (isolated
+under savepoints by bisecting the chunk) are set aside for the quarantine; the rest
+of the batch is applied.
 
 MySQL executing a chunk's statements and the client reading and rendering the next
 chunk overlap: one chunk ahead is read from the WAL (and rendered, on the multi-row
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from sqlalchemy import Connection, Engine, Executable, Table
+from sqlalchemy import Connection, Delete, Engine, Executable, Table, text
 from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
@@ -33,9 +34,13 @@ from wal_sink.config import Config
 from wal_sink.errors import first_line
 from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
 from wal_sink.mysql.errors import error_code, is_row_error
+from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
+from wal_sink.mysql.unique_keys import AnotherRow, refuse_unique_conflicts
 from wal_sink.mysql.upsert import build_delete, build_upsert
+from wal_sink.protocol.screen import Screen, Screened
+from wal_sink.protocol.versioned_cdc import VersionedCdc
 from wal_sink.wal.quarantine import Entry
 from wal_sink.wal.reader import StagedBatch, WalReader
 
@@ -43,6 +48,8 @@ log = logging.getLogger(__name__)
 
 ChunkCallback = Callable[[int, int], None]
 """Called after each applied chunk with (rows so far, rows in the batch)."""
+RefusalReason = Callable[[Connection, dict[str, Any], DBAPIError], str]
+"""Why MySQL refused one row, as its quarantine entry says."""
 T = TypeVar("T")
 U = TypeVar("U")
 
@@ -56,8 +63,16 @@ class RowApplier:
         self.wal = wal
         self.sink_id = config.sink.id
         self._target: Table | None = None
+        self._screen: Screen | None = None
         self._bulk_load_allowed = True
+        self._render = True
+        """The session of the batch being applied reads rendered text exactly."""
         self._by_schema: list[_Statements] = []
+        self._another_row: AnotherRow | None = None
+        self.versioned = (
+            VersionedCdc(config) if config.cdc and config.mysql.version_column else None
+        )
+        """Stale upserts and tombstones, with [cdc] and a version column."""
         self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="wal-sink-prefetch")
         """Reads (and renders) the next chunk while MySQL executes the current."""
 
@@ -69,19 +84,36 @@ class RowApplier:
 
     def apply(
         self, conn: Connection, batch: StagedBatch, on_chunk: ChunkCallback | None
-    ) -> tuple[int, int, list[Entry]]:
-        """Apply the batch in staged order; return (upserted, deleted, set aside)."""
-        mysql, cdc = self.config.mysql, self.config.cdc
-        remove = build_delete(self.target(), mysql) if cdc else None
-        rows = deleted = done = 0
+    ) -> tuple[int, int, int, list[Entry]]:
+        """Apply the batch in staged order; return (upserted, deleted, skipped as
+        stale, set aside)."""
+        chunks = self.wal.read_batch(batch, self.config.wal.chunk_rows)
+        return self.apply_chunks(conn, chunks, batch.rows, on_chunk)
+
+    def apply_chunks(
+        self,
+        conn: Connection,
+        chunks: Iterator[pa.RecordBatch],
+        total: int,
+        on_chunk: ChunkCallback | None = None,
+    ) -> tuple[int, int, int, list[Entry]]:
+        """Apply ``chunks`` (``total`` rows, the stream's columns) in order, as a
+        staged batch's; return (upserted, deleted, skipped as stale, set aside)."""
+        cdc = self.config.cdc
+        self._render = renders_exactly(conn, self.sink_id)
+        rows = deleted = skipped = done = 0
         bad: list[Entry] = []
         chunk_rows = self.config.wal.chunk_rows
-        chunks = _coalesced(self.wal.read_batch(batch, chunk_rows), chunk_rows)
-        for chunk, rendered in prefetched(chunks, self._render_ahead, self._prefetch):
+        chunks = map(self._screened(conn), _coalesced(chunks, chunk_rows))
+        for screened, rendered in prefetched(
+            chunks, self._render_ahead, self._prefetch
+        ):
+            chunk = screened.chunk
+            bad.extend(screened.set_aside)
             found = self._statements(conn, chunk.schema)
             applied = (
                 None
-                if cdc
+                if cdc or not self._render
                 else self._apply_rendered(
                     conn, chunk, found.loader, found.multi, rendered
                 )
@@ -89,23 +121,79 @@ class RowApplier:
             if applied is not None:
                 rows += applied
             else:
-                for is_delete, run in _runs(
-                    chunk,
-                    cdc.op_column if cdc else None,
-                    cdc.delete_values if cdc else (),
-                ):
-                    run = _drop_null_keys(run, mysql.key, bad)
-                    if is_delete:
-                        params = [{k: r[k] for k in mysql.key} for r in run]
-                        deleted += _isolating(conn, remove, params, bad)
-                    else:
-                        rows += _isolating(
-                            conn, found.upsert, _drop_non_finite(run, bad), bad
-                        )
-            done += chunk.num_rows
+                for piece, stale, invalid in self._pieces(conn, found, chunk):
+                    skipped += stale
+                    bad += invalid
+                    upserted, removed = self._apply_rows(conn, found, piece, bad)
+                    rows += upserted
+                    deleted += removed
+            done += screened.read
             if on_chunk is not None:
-                on_chunk(done, batch.rows)
-        return rows, deleted, bad
+                on_chunk(done, total)
+        return rows, deleted, skipped, bad
+
+    def _pieces(
+        self, conn: Connection, found: _Statements, chunk: pa.RecordBatch
+    ) -> Iterator[tuple[list[dict[str, Any]], int, list[Entry]]]:
+        """The chunk's rows for the driver, with how many were dropped as stale and
+        the rows set aside doing so: whole, or with versioned CDC in pieces of one
+        tombstone read each (each read once the piece before it is applied)."""
+        values = _python_rows(chunk)
+        if found.versioned is None:
+            yield values, 0, []
+        else:
+            yield from found.versioned.pieces(conn, values)
+
+    def _apply_rows(
+        self,
+        conn: Connection,
+        found: _Statements,
+        values: list[dict[str, Any]],
+        bad: list[Entry],
+    ) -> tuple[int, int]:
+        """Rows the driver renders, in order, in runs of upserts and deletes;
+        returns (upserted, deleted)."""
+        mysql, cdc = self.config.mysql, self.config.cdc
+        rows = deleted = 0
+        for is_delete, run, ops in _runs(
+            values,
+            cdc.op_column if cdc else None,
+            cdc.delete_values if cdc else (),
+        ):
+            before = len(bad)
+            run = _drop_null_keys(run, mysql.key, bad)
+            if is_delete:
+                by = mysql.key
+                if found.versioned is not None:  # tombstones: versioned_cdc.py
+                    by = (*by, found.versioned.version)
+                params = [{k: r[k] for k in by} for r in run]
+                ops.update({id(p): ops[id(r)] for p, r in zip(params, run)})
+                deleted += _isolating(conn, found.delete, params, bad)
+            else:
+                rows += _isolating(
+                    conn,
+                    found.upsert,
+                    _drop_non_finite(run, bad),
+                    bad,
+                    self._upsert_refused,
+                )
+            if cdc and len(bad) > before:  # set-aside records keep their op
+                run_op = cdc.delete_values[0] if is_delete else None
+                bad[before:] = [
+                    Entry(
+                        {**e.record, cdc.op_column: ops.get(id(e.record), run_op)},
+                        e.reason,
+                    )
+                    for e in bad[before:]
+                ]
+        return rows, deleted
+
+    def _screened(self, conn: Connection) -> Screen:
+        """The screen of chunks (once: it reads the server's max_allowed_packet)."""
+        if self._screen is None:
+            packet = conn.execute(text("SELECT @@max_allowed_packet")).scalar_one()
+            self._screen = Screen(self.config, self.target(), int(packet))
+        return self._screen
 
     def _statements(self, conn: Connection, schema: pa.Schema) -> _Statements:
         """How chunks of ``schema`` are applied; built once per schema (statements
@@ -116,13 +204,16 @@ class RowApplier:
         mysql, cdc = self.config.mysql, self.config.cdc
         target = self.target()
         columns = [c for c in schema.names if not cdc or c != cdc.op_column]
+        refuse_unique_conflicts(conn, self.config, target.name, columns)
         upsert = build_upsert(target, columns, mysql)
         multi = loader = None
         if not cdc:
             multi = MultiRowUpsert.for_schema(conn, upsert, columns, schema)
             if mysql.local_infile and BulkLoader.supports(conn, schema):
                 loader = BulkLoader(target, columns, mysql, self.sink_id)
-        found = _Statements(schema, upsert, multi, loader)
+        versioned = self.versioned if cdc and mysql.version_column in columns else None
+        delete = build_delete(target, mysql, versioned is not None) if cdc else None
+        found = _Statements(schema, upsert, multi, loader, delete, versioned)
         self._by_schema.append(found)
         return found
 
@@ -132,13 +223,24 @@ class RowApplier:
                 return known
         return None
 
-    def _render_ahead(self, chunk: pa.RecordBatch) -> list[str] | None:
+    def _upsert_refused(
+        self, conn: Connection, row: dict[str, Any], e: DBAPIError
+    ) -> str:
+        """Why MySQL refused one row's upsert; one that would reach another key's
+        row names the index and that row's key."""
+        if self._another_row is None:
+            self._another_row = AnotherRow(self.target(), self.config.mysql.key)
+        return self._another_row.reason(conn, row, e) or _refused(conn, row, e)
+
+    def _render_ahead(self, screened: Screened) -> list[str] | None:
         """On the prefetch thread: the chunk's multi-row statements, when that is
         the way it will go and its schema's statements are built already; None
         leaves the chunk to the caller."""
+        chunk = screened.chunk
         found = self._known(chunk.schema)
         if (
-            found is None
+            not self._render
+            or found is None
             or found.multi is None
             or (found.loader is not None and self._bulk_load_allowed)
             or any(chunk.column(k).null_count for k in self.config.mysql.key)
@@ -223,6 +325,10 @@ class _Statements:
     """Executed by the driver, value by value (the fallback and CDC path)."""
     multi: MultiRowUpsert | None
     loader: BulkLoader | None
+    delete: Delete | None
+    """CDC deletes by key (guarded by the version when ``versioned``)."""
+    versioned: VersionedCdc | None
+    """[cdc] rows carrying the version column: stale upserts and tombstones."""
 
 
 def _coalesced(chunks: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
@@ -273,24 +379,27 @@ def prefetched(
 
 
 def _runs(
-    chunk: pa.RecordBatch, op_column: str | None, delete_values: tuple[str, ...]
-) -> Iterator[tuple[bool, list[dict[str, Any]]]]:
-    """Split a chunk into consecutive runs of upserts and deletes, order kept."""
-    rows = _python_rows(chunk)
+    rows: list[dict[str, Any]], op_column: str | None, delete_values: tuple[str, ...]
+) -> Iterator[tuple[bool, list[dict[str, Any]], dict[int, Any]]]:
+    """Split a chunk's rows into consecutive runs of upserts and deletes, order
+    kept; the op column leaves each row, its value kept by the row's ``id``."""
     if op_column is None:
-        yield False, rows
+        yield False, rows, {}
         return
     run: list[dict[str, Any]] = []
+    ops: dict[int, Any] = {}
     run_is_delete = False
     for row in rows:
-        is_delete = row.pop(op_column) in delete_values
+        op = row.pop(op_column)
+        is_delete = op in delete_values
         if run and is_delete != run_is_delete:
-            yield run_is_delete, run
-            run = []
+            yield run_is_delete, run, ops
+            run, ops = [], {}
         run_is_delete = is_delete
         run.append(row)
+        ops[id(row)] = op
     if run:
-        yield run_is_delete, run
+        yield run_is_delete, run, ops
 
 
 def _python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:
@@ -339,12 +448,21 @@ def _drop_non_finite(
     return kept
 
 
+def _refused(conn: Connection, row: dict[str, Any], e: DBAPIError) -> str:
+    """The reason a row MySQL rejected is set aside: MySQL's own."""
+    return f"MySQL error {error_code(e)}: {first_line(e.orig)}"
+
+
 def _isolating(
-    conn: Connection, stmt: Executable, rows: list[dict[str, Any]], bad: list[Entry]
+    conn: Connection,
+    stmt: Executable,
+    rows: list[dict[str, Any]],
+    bad: list[Entry],
+    reason: RefusalReason = _refused,
 ) -> int:
     """Execute ``stmt`` for ``rows`` under a savepoint; when MySQL rejects a row's
-    values, bisect to find the rejected rows, set them aside, apply the rest in
-    order. Returns how many rows were applied."""
+    values, bisect to find the rejected rows, set them aside with ``reason``, apply
+    the rest in order. Returns how many rows were applied."""
     if not rows:
         return 0
     savepoint = conn.begin_nested()
@@ -357,14 +475,12 @@ def _isolating(
             raise
         savepoint.rollback()
         if len(rows) == 1:
-            bad.append(
-                Entry(rows[0], f"MySQL error {error_code(e)}: {first_line(e.orig)}")
-            )
+            bad.append(Entry(rows[0], reason(conn, rows[0], e)))
             return 0
     else:
         savepoint.commit()
         return len(rows)
     middle = len(rows) // 2
-    return _isolating(conn, stmt, rows[:middle], bad) + _isolating(
-        conn, stmt, rows[middle:], bad
+    return _isolating(conn, stmt, rows[:middle], bad, reason) + _isolating(
+        conn, stmt, rows[middle:], bad, reason
     )

@@ -5,13 +5,16 @@ The transaction, in order (DESIGN.md §2):
 
 1. Lock this sink's lease row and check the epoch (fencing, I6).
 2. Read the group's ack rows with a locking read: a batch with an ack is applied
-   already and is skipped (I2) — unless this is a forced replay, which replaces the
+   already and is skipped (I2), whatever the WAL still holds of it (a purge may
+   have removed its files) — unless this is a forced replay, which replaces the
    ack. The read waits for a transaction still committing those rows, so a retry
    after a lost COMMIT reply sees that commit's outcome: ack rows carrying one of
    this call's own earlier apply ids mean the earlier attempt committed.
-3. For each batch, in batch order (I8): insert the ack row first (its primary key
-   stops a second apply), apply the staged rows (batch_rows.py), put the rows set
-   aside into the quarantine outbox, fill in the ack row's counts.
+3. For each batch to apply, in batch order (I8): find its files in the WAL, insert
+   the ack row first (its primary key stops a second apply), apply the staged rows
+   (batch_rows.py), put the rows set aside into the quarantine outbox, fill in the
+   ack row's counts. A batch set aside whole (``wal-sink quarantine-batch``) puts
+   all its rows into the outbox instead, under an ack row marked quarantined.
 4. COMMIT. The group's rows and acks become visible together (I3), or not at all.
 
 Transient errors (MySQL's and storage's) roll the transaction back and retry it
@@ -27,7 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink import faults
@@ -37,11 +40,12 @@ from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql.acks import Ack, AckTable
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.lease import check as check_lease
-from wal_sink.mysql.tables import sink_tables
+from wal_sink.mysql.row_screen import row_record
+from wal_sink.mysql.tables import APPLIED, QUARANTINED, sink_tables
 from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
 from wal_sink.protocol.outbox import Outbox
 from wal_sink.protocol.retry import OutageBudget
-from wal_sink.wal.quarantine import Quarantine
+from wal_sink.wal.quarantine import Entry, Quarantine
 from wal_sink.wal.reader import BatchState, StagedBatch, WalReader
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,8 @@ class CommitResult:
     quarantined: int = 0
     seconds: float = 0.0
     """Time of the transaction that applied it (shared by its group)."""
+    skipped: int = 0
+    """CDC upserts a newer delete made stale: not applied, not quarantined."""
 
 
 class Committer:
@@ -106,12 +112,20 @@ class Committer:
             [batch if batch is not None else batch_id], force=force, on_chunk=on_chunk
         )[0]
 
+    def set_aside(self, batch_id: int) -> CommitResult:
+        """Set staged batch ``batch_id`` aside whole, exactly once: every row into the
+        quarantine table (through the outbox), its ack row marked quarantined,
+        nothing applied (``wal-sink quarantine-batch``; the caller keeps batch
+        order). ``applied`` is False when the batch had an ack already."""
+        return self.apply_group([batch_id], set_aside=True)[0]
+
     def apply_group(
         self,
         batches: list[StagedBatch | int],
         *,
         force: bool = False,
         on_chunk: ChunkCallback | None = None,
+        set_aside: bool = False,
     ) -> list[CommitResult]:
         """Apply consecutive staged batches in one transaction, in batch order.
 
@@ -121,6 +135,8 @@ class Committer:
                 row is replaced in the same transaction, so ``add`` columns add
                 again — once, even when a COMMIT reply is lost.
             on_chunk: progress callback, called inside the open transaction.
+            set_aside: put the batches' rows into the quarantine instead of the
+                target, and ack them as quarantined.
 
         Raises:
             FencedError: a newer instance holds the lease.
@@ -142,8 +158,9 @@ class Committer:
         while True:
             apply_id = uuid.uuid4().hex
             try:
-                staged = [self._resolve(b) for b in batches]
-                results = self._transaction(staged, apply_id, tried, force, on_chunk)
+                results = self._transaction(
+                    batches, apply_id, tried, force, on_chunk, set_aside
+                )
                 break
             except FencedError:
                 self.metrics.lease_held.set(0)
@@ -156,7 +173,9 @@ class Committer:
         return results
 
     def _resolve(self, batch: StagedBatch | int) -> StagedBatch:
-        """The batch with its files; an empty one if it was staged with no rows."""
+        """The batch with its files; an empty one if it was staged with no rows.
+        Called for batches without an ack only: an acked batch's files may be
+        purged."""
         if isinstance(batch, StagedBatch):
             return batch
         self.wal.refresh()
@@ -182,15 +201,17 @@ class Committer:
 
     def _transaction(
         self,
-        batches: list[StagedBatch],
+        batches: list[StagedBatch | int],
         apply_id: str,
         tried: set[str],
         force: bool,
         on_chunk: ChunkCallback | None,
+        set_aside: bool,
     ) -> list[CommitResult]:
-        first, last = batches[0].batch_id, batches[-1].batch_id
+        ids = [b.batch_id if isinstance(b, StagedBatch) else b for b in batches]
+        first, last = ids[0], ids[-1]
         started = time.monotonic()
-        results: list[tuple[StagedBatch, Ack | None, int, int, int]] = []
+        results: list[tuple[int, Ack | None, int, int, int, int]] = []
         try:
             with self.engine.connect() as conn, conn.begin():
                 # Step 1. Fencing.
@@ -204,26 +225,37 @@ class Committer:
                 )
                 # Step 2. Which batches are applied already: a locking read.
                 acked = self.acks.locked(conn, first, last)
-                for batch in batches:
-                    ack = acked.get(batch.batch_id)
+                for batch_id, wanted in zip(ids, batches):
+                    ack = acked.get(batch_id)
                     if ack is not None and (ack.apply_id in tried or not force):
-                        results.append((batch, ack, 0, 0, 0))
+                        results.append((batch_id, ack, 0, 0, 0, 0))
                         continue
                     if ack is not None:
-                        self.acks.remove(conn, batch.batch_id)
-                    # Step 3. The ack row first, then the rows, then the counts.
-                    if not self.acks.insert(conn, batch.batch_id, self.epoch, apply_id):
+                        self.acks.remove(conn, batch_id)
+                    # Step 3. Its files, the ack row first, the rows, the counts.
+                    batch = self._resolve(wanted)
+                    state = QUARANTINED if set_aside else APPLIED
+                    if not self.acks.insert(
+                        conn, batch_id, self.epoch, apply_id, state
+                    ):
                         raise TransientError(
                             "an ack row appeared under the lock; retrying",
                             sink_id=self.sink_id,
                             batch_id=batch.batch_id,
                         )
-                    rows, deleted, bad = self.rows.apply(conn, batch, on_chunk)
-                    self.outbox.put(conn, apply_id, batch.batch_id, bad)
-                    self._outbox_filled |= bool(bad)
-                    self.acks.complete(conn, batch.batch_id, rows, deleted, len(bad))
-                    results.append((batch, None, rows, deleted, len(bad)))
-                    faults.hit("commit.before_commit", batch.batch_id)
+                    if set_aside:
+                        rows = deleted = skipped = 0
+                        put = self._put_whole_batch(conn, batch, apply_id)
+                    else:
+                        rows, deleted, skipped, bad = self.rows.apply(
+                            conn, batch, on_chunk
+                        )
+                        self.outbox.put(conn, apply_id, batch_id, bad)
+                        put = len(bad)
+                    self._outbox_filled |= bool(put)
+                    self.acks.complete(conn, batch_id, rows, deleted, put, skipped)
+                    results.append((batch_id, None, rows, deleted, put, skipped))
+                    faults.hit("commit.before_commit", batch_id)
                 # Step 4. COMMIT (leaving the block).
             faults.hit("commit.after_commit", last)
         except DBAPIError as e:
@@ -234,28 +266,49 @@ class Committer:
         self.metrics.commit_seconds.observe(seconds)
         return [self._result(r, tried, seconds) for r in results]
 
+    def _put_whole_batch(
+        self, conn: Connection, batch: StagedBatch, apply_id: str
+    ) -> int:
+        """Every row of the batch into the outbox, chunk by chunk; returns how many."""
+        reason = (
+            f"set aside whole by wal-sink quarantine-batch {batch.batch_id}; "
+            "not applied"
+        )
+        put = 0
+        for chunk in self.wal.read_batch(batch, self.config.wal.chunk_rows):
+            entries = [
+                Entry(row_record(chunk, i), reason) for i in range(chunk.num_rows)
+            ]
+            self.outbox.put(conn, apply_id, batch.batch_id, entries)
+            put += len(entries)
+        return put
+
     def _result(self, outcome, tried: set[str], seconds: float) -> CommitResult:
-        batch, ack, rows, deleted, quarantined = outcome
+        batch_id, ack, rows, deleted, quarantined, skipped = outcome
         if ack is None:
             log.debug(
                 "sink %s batch %s applied: %s rows, %s deleted, %s quarantined",
                 self.sink_id,
-                batch.batch_id,
+                batch_id,
                 rows,
                 deleted,
                 quarantined,
             )
             return CommitResult(
-                batch.batch_id, True, rows, deleted, quarantined, seconds
+                batch_id, True, rows, deleted, quarantined, seconds, skipped
             )
         if ack.apply_id in tried:  # an earlier attempt committed; its reply was lost
             return CommitResult(
-                batch.batch_id, True, ack.rows, ack.deleted, ack.quarantined, seconds
+                batch_id,
+                True,
+                ack.rows,
+                ack.deleted,
+                ack.quarantined,
+                seconds,
+                ack.skipped,
             )
-        log.info(
-            "sink %s batch %s already applied; skipped", self.sink_id, ack.batch_id
-        )
-        return CommitResult(batch.batch_id, applied=False)
+        log.info("sink %s batch %s already applied; skipped", self.sink_id, batch_id)
+        return CommitResult(batch_id, applied=False)
 
     def _drain_outbox(self) -> None:
         """Move set-aside rows to the quarantine table; on failure they wait in the

@@ -11,6 +11,8 @@ A drain commits outbox rows up to id N to the quarantine under the app transacti
 (``<sink id>:outbox``, N) and then deletes them from the outbox: a crash between the
 two is repaired by the next drain, which sees N recorded and only deletes. The ids of
 one sink rise in commit order, since its transactions serialise on its lease row.
+An entry's id in the quarantine is ``<apply id>/<outbox row id>``: unique, and
+ordered as the apply set its rows aside.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class Outbox:
                     "reason": r.reason,
                     "record": r.record,
                     "recorded_at": r.recorded_at,
+                    "entry_id": f"{r.apply_id}/{r.id}",
+                    "entry_seq": r.id,
                 }
                 for r in rows
             ]

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wal_sink.errors import StopRequested
+from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.recovery import groups
 from wal_sink.wal.reader import StagedBatch
@@ -58,6 +59,37 @@ class Applied:
         """From Spark planning the batch to its MySQL COMMIT."""
         planned = self.handoff.planned_ms
         return None if planned is None else self.committed_at * 1000 - planned
+
+
+def describe(applied: Applied) -> str:
+    """The per-batch line of a batch the committer finished (the job's and
+    ``wal-sink follow``'s)."""
+    r = applied.result
+    if not r.applied:
+        return f"batch {r.batch_id} already applied"
+    lag = "-" if applied.lag_ms is None else f"{applied.lag_ms:.0f}"
+    return (
+        f"batch {r.batch_id} applied: rows={r.rows} deleted={r.deleted} "
+        f"quarantined={r.quarantined}"
+        + (f" skipped={r.skipped}" if r.skipped else "")
+        + f" commit_ms={r.seconds * 1000:.0f} "
+        f"lag_ms={lag} pending={applied.pending}"
+    )
+
+
+def record_applied(metrics: SinkMetrics, applied: Applied) -> None:
+    """The metrics of a batch the committer finished."""
+    result = applied.result
+    if result.applied:
+        metrics.batches_applied.inc()
+        metrics.rows_applied.inc(result.rows)
+        metrics.rows_deleted.inc(result.deleted)
+        metrics.rows_quarantined.inc(result.quarantined)
+        metrics.rows_skipped.inc(result.skipped)
+        if applied.lag_ms is not None:
+            metrics.lag_seconds.observe(max(0.0, applied.lag_ms / 1000))
+    metrics.last_applied_batch.set(result.batch_id)
+    metrics.batches_pending.set(applied.pending)
 
 
 class Pipeline:

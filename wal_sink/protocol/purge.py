@@ -1,6 +1,10 @@
 """Dropping applied batches from the WAL (I5: never one without an ack row), and
 then their ack rows, so the ack table does not grow without end.
 
+With ``[cdc]`` and a version column purge also removes the sink's tombstones older
+than ``cdc.tombstone_retention``: an upsert older than such a delete, arriving after
+that, would bring the row back, so the retention must outlast any late delivery.
+
 The plan is computed from the ack table; a batch that has an ack can never lose it
 before its files are gone, so a plan stays safe while it is carried out. Ack rows
 are dropped only after the batches left the WAL (a crash in between leaves acks of
@@ -13,6 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from wal_sink.config import WalConfig
+from wal_sink.durations import parse_duration
+from wal_sink.errors import ConfigError
+from wal_sink.mysql.tombstones import Tombstones
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.maintenance import delete_batches
 
@@ -59,6 +67,35 @@ def plan_purge(
 def execute_purge(sink: SinkInstance, plan: PurgePlan) -> int:
     """Remove the plan's batches from the WAL, then their ack rows; returns how many
     ack rows were dropped."""
-    delete_batches(sink.wal.path, sink.wal.storage, list(plan.remove))
+    delete_batches(
+        sink.wal.path, sink.wal.storage, list(plan.remove), sink_id=sink.sink_id
+    )
     with sink.engine.begin() as conn:
         return sink.acks.forget(conn, list(plan.remove))
+
+
+def check_retention(wal: WalConfig, retain: str, retain_seconds: float) -> None:
+    """Refuse a vacuum retention under ``wal.min_vacuum_retention``.
+
+    Executors write a stage's files first and the driver commits them at its end:
+    until then they are unreferenced, and only their age keeps vacuum off them. A
+    retention longer than the slowest stage is what makes vacuum beside a running
+    job safe."""
+    if retain_seconds < wal.min_vacuum_retention:
+        raise ConfigError(
+            f"--retain {retain!r} is under the retention floor of "
+            f"{wal.min_vacuum_retention:g} s (wal.min_vacuum_retention): a stage "
+            "still writing has files younger than itself, which vacuum would delete "
+            "before its commit points at them; keep --retain above your slowest stage"
+        )
+
+
+def expire_tombstones(sink: SinkInstance, dry_run: bool = False) -> int | None:
+    """Remove (or with ``dry_run`` count) the sink's tombstones older than
+    ``cdc.tombstone_retention``; None when the sink keeps no tombstones."""
+    config = sink.config
+    if not config.cdc or not config.mysql.version_column:
+        return None
+    retention = parse_duration(config.cdc.tombstone_retention)
+    with sink.engine.begin() as conn:
+        return Tombstones(config).expire(conn, retention, dry_run)

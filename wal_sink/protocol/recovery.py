@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
@@ -23,12 +24,24 @@ from wal_sink.wal.reader import BatchState, StagedBatch, WalReader
 log = logging.getLogger(__name__)
 
 
-def high_water(conn: Connection, acks: AckTable, wal: WalReader) -> int | None:
-    """Highest batch id this sink is known to have staged or applied, if any."""
-    known = [
-        b for b in (acks.newest(conn), wal.last_staged(acks.sink_id)) if b is not None
-    ]
-    return max(known, default=None)
+@dataclass(frozen=True)
+class KnownBatches:
+    """What the two commit records know of a sink, read when its lease is taken."""
+
+    staged: int | None
+    """Highest batch id the WAL's app transaction records (a purge keeps it)."""
+    acked: int | None
+    """Highest acked batch id (a purge keeps the newest ack row)."""
+
+    @property
+    def newest(self) -> int | None:
+        """Highest batch id this sink staged or applied, if any."""
+        known = [b for b in (self.staged, self.acked) if b is not None]
+        return max(known, default=None)
+
+
+def known_batches(conn: Connection, acks: AckTable, wal: WalReader) -> KnownBatches:
+    return KnownBatches(staged=wal.last_staged(acks.sink_id), acked=acks.newest(conn))
 
 
 def check_checkpoint(
@@ -46,9 +59,40 @@ def check_checkpoint(
     raise CheckpointResetError(
         f"the WAL/ack table already hold batch {known} but {checkpoint!r} is {seen}: "
         "the Spark checkpoint was reset or replaced. Restore the original checkpoint, "
-        "or give the query a new sink.id (or clear this sink's WAL and ack rows)",
+        "or start over with a new sink.id and a wal.path of its own (or clear this "
+        "sink's WAL and ack rows)",
         sink_id=sink_id,
     )
+
+
+def check_commit_log(
+    sink_id: str, checkpoint: str, committed: int | None, known: KnownBatches
+) -> None:
+    """Raise CheckpointResetError when Spark's commit log is ahead of the sink (I7).
+
+    Spark commits a batch only after the sink staged it, and resumes after the
+    newest committed one. A committed batch above everything the WAL and the ack
+    table know was staged into a WAL that is gone — deleted, moved, or another
+    ``wal.path`` — and would never be applied.
+    """
+    newest = known.newest
+    if committed is None or (newest is not None and committed <= newest):
+        return
+    first = 0 if newest is None else newest + 1
+    span = str(committed) if first == committed else f"{first}..{committed}"
+    raise CheckpointResetError(
+        f"Spark's commit log at {checkpoint!r} holds batch {committed}, but the "
+        f"newest batch the WAL knows is {_maybe(known.staged)} and the newest acked "
+        f"is {_maybe(known.acked)}: batch(es) {span} were staged into a WAL that is "
+        "gone (deleted, moved, or "
+        "wal.path changed) and were never applied. Restore the WAL at wal.path; to "
+        "start the sink over, remove its checkpoint too",
+        sink_id=sink_id,
+    )
+
+
+def _maybe(batch_id: int | None) -> str:
+    return "none" if batch_id is None else str(batch_id)
 
 
 def unacked_batches(

@@ -7,25 +7,38 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config
+from wal_sink.errors import ConfigError, WalSinkError, first_line
 from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
 from wal_sink.mysql.acks import AckTable
 from wal_sink.mysql.engine import make_engine
-from wal_sink.mysql.errors import mysql_error
+from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.mysql.preflight import preflight
+from wal_sink.mysql.retry_state import RetryStates
 from wal_sink.mysql.tables import init_db, sink_tables
 from wal_sink.mysql.target import reflect_target
+from wal_sink.mysql.tombstones import Tombstones
+from wal_sink.mysql.unique_keys import refuse_unique_conflicts
 from wal_sink.protocol.committer import CommitResult, Committer
-from wal_sink.protocol.recovery import high_water, recover
+from wal_sink.protocol.quarantine_entries import quarantine_counts
+from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
 from wal_sink.wal.conditional_put import check_conditional_put
+from wal_sink.wal.ownership import QUARANTINE, WAL, adopt
+from wal_sink.wal.quarantine import Quarantine
 from wal_sink.wal.reader import WalReader
+from wal_sink.wal.storage_errors import storage_error
 from wal_sink.wal.writer import WalWriter
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +63,21 @@ class SinkInstance:
         self._engine = engine
         self.wal = WalReader(config.wal_path, config.storage, config.sink.id)
         self.writer = WalWriter(config.wal_path, config.sink.id, config.storage)
+        self.quarantine = Quarantine(
+            config.quarantine_path, config.sink.id, storage=config.storage
+        )
         self.tables = sink_tables(config.mysql)
         self.acks = AckTable(self.tables.ack, config.sink.id)
+        self.retries = RetryStates(self.tables.retry, config.sink.id)
+        """What ``wal-sink quarantine retry`` did with quarantine entries."""
         self.stop = stop or threading.Event()
         """Set to give up waiting on MySQL at once (a second SIGTERM)."""
         self.committer: Committer | None = None
-        self.high_water: int | None = None
-        """Highest batch id staged or applied when the lease was taken."""
+        self.known = KnownBatches(None, None)
+        """What the WAL and the ack table knew when the lease was taken."""
+        self.stream_columns: tuple[str, ...] = ()
+        """Columns the stream writes, when known before it runs (``expect_columns``)."""
+        self._checked_columns: set[frozenset[str]] = set()
 
     @property
     def engine(self) -> Engine:
@@ -69,17 +90,91 @@ class SinkInstance:
         return self.config.sink.id
 
     @property
+    def high_water(self) -> int | None:
+        """Highest batch id staged or applied when the lease was taken."""
+        return self.known.newest
+
+    @property
     def epoch(self) -> int | None:
         return self.committer.epoch if self.committer else None
 
-    def start(self) -> Committer:
-        """Check the target, create the sink tables if needed and take the lease
-        (once per instance). While MySQL is unreachable this waits, within the
-        outage budget, instead of failing at once."""
-        if self.committer is None:
-            check_conditional_put(
-                self.config.storage, (self.config.wal_path, self.config.quarantine_path)
+    def expect_columns(self, columns: Iterable[str]) -> None:
+        """Say which columns the stream will write, before ``start``: a unique index
+        of the target they reach is then refused before the lease is taken."""
+        self.stream_columns = tuple(self._written(columns))
+
+    def check_columns(self, columns: Iterable[str]) -> None:
+        """Refuse (ConfigError) a stream whose columns reach another row through a
+        unique index besides mysql.key, before anything of it is staged; once per
+        set of columns. While MySQL is unreachable the check is left to the
+        committer, which makes it again before applying anything."""
+        written = self._written(columns)
+        if written in self._checked_columns:
+            return
+        try:
+            with self.engine.connect() as conn:
+                refuse_unique_conflicts(
+                    conn, self.config, self.config.mysql.table, written
+                )
+        except DBAPIError as e:
+            if not is_transient(e):
+                raise mysql_error(e, sink_id=self.sink_id) from e
+            return
+        self._checked_columns.add(written)
+
+    def _written(self, columns: Iterable[str]) -> frozenset[str]:
+        cdc = self.config.cdc
+        return frozenset(c for c in columns if not cdc or c != cdc.op_column)
+
+    def check_owners(self) -> list[tuple[DeltaTable, str, str]]:
+        """Refuse (ConfigError) a WAL or quarantine table another sink owns (I9);
+        return the tables found, with their location and kind.
+
+        A quarantine table that cannot be opened now does not stop the sink: rows
+        set aside wait in the outbox, and its owner is checked when they are
+        written to it."""
+        config = self.config
+        found = []
+        wal = self.wal.table()
+        if wal is not None:
+            found.append((wal, config.wal_path, WAL))
+        try:
+            quarantine = self.quarantine.table()
+        except ConfigError:
+            raise
+        except WalSinkError as e:
+            log.warning(
+                "sink %s: %s; checked again when rows are set aside",
+                self.sink_id,
+                first_line(e),
             )
+            quarantine = None
+        if quarantine is not None:
+            found.append((quarantine, config.quarantine_path, QUARANTINE))
+        return found
+
+    def claim_tables(self) -> None:
+        """Before this sink writes its WAL or quarantine table: refuse tables another
+        sink owns, then check the object store of both (conditional puts), then
+        adopt tables an earlier version left without an owner."""
+        found = self.check_owners()
+        config = self.config
+        check_conditional_put(config.storage, (config.wal_path, config.quarantine_path))
+        for table, location, what in found:
+            try:
+                adopt(table, self.sink_id, location, what)
+            except WalSinkError:
+                raise
+            except Exception as e:
+                raise storage_error(e, location, sink_id=self.sink_id) from e
+
+    def start(self) -> Committer:
+        """Claim the WAL and quarantine table (nothing is written for a sink that
+        does not own them), check the target, create the sink tables if needed and
+        take the lease (once per instance). While MySQL is unreachable this waits,
+        within the outage budget, instead of failing at once."""
+        if self.committer is None:
+            self.claim_tables()
             self.committer = within_budget(
                 self._take_lease,
                 self.config.mysql,
@@ -92,11 +187,15 @@ class SinkInstance:
     def _take_lease(self) -> Committer:
         try:
             target = reflect_target(self.engine, self.config.mysql.table)
-            preflight(self.engine, self.config, target)
+            preflight(self.engine, self.config, target, self.stream_columns)
+            self._checked_columns.add(frozenset(self.stream_columns))
             init_db(self.engine, self.config.mysql)
+            if self.config.cdc and self.config.mysql.version_column:
+                Tombstones(self.config).ensure(self.engine)
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)
             with self.engine.connect() as conn:
-                self.high_water = high_water(conn, self.acks, self.wal)
+                self.known = known_batches(conn, self.acks, self.wal)
+                set_aside = self.acks.set_aside(conn)
         except DBAPIError as e:
             raise mysql_error(e, sink_id=self.sink_id) from e
         log.info(
@@ -106,10 +205,17 @@ class SinkInstance:
             self.high_water,
         )
         self.metrics.lease_epoch.set(epoch)
+        self.metrics.batches_quarantined.set(len(set_aside))
+        self.metrics.follow_quarantine(self._quarantine_counts)
         self.metrics.lease_held.set(1)
         return Committer(
             self.config, self.engine, self.wal, epoch, self.stop, self.metrics
         )
+
+    def _quarantine_counts(self) -> tuple[int, int]:
+        """Open and retried quarantine entries (for the metrics)."""
+        counts = quarantine_counts(self.engine, self.quarantine, self.retries)
+        return counts.open, counts.retried
 
     def recover(self) -> list[CommitResult]:
         """Apply every staged batch without an ack, in order."""

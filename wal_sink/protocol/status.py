@@ -1,22 +1,25 @@
-"""What an operator needs to see about one sink, from the WAL (delta-rs) and the ack,
-lease and outbox tables (SQL) — no JVM, and no scan of every ack ever written, so
+"""What an operator needs to see about one sink, from the WAL and the quarantine
+table's logs (delta-rs) and the ack, lease, outbox and retry tables (SQL) — no JVM,
+no scan of every ack ever written nor of the quarantine's data files, so
 ``wal-sink status`` answers in well under a second."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import ProgrammingError
 
 from wal_sink.mysql.errors import error_code
+from wal_sink.mysql.retry_state import RetryCounts
+from wal_sink.mysql.tombstones import Tombstones
 from wal_sink.protocol.outbox import Outbox
+from wal_sink.protocol.quarantine_entries import QuarantineCounts
 from wal_sink.protocol.recovery import unacked_batches
 from wal_sink.protocol.sink_instance import SinkInstance
-from wal_sink.wal.quarantine import Quarantine
 
 NO_SUCH_TABLE = 1146
 
@@ -48,8 +51,23 @@ class SinkStatus:
     rows_applied: int = 0
     rows_deleted: int = 0
     rows_quarantined: int = 0
+    quarantined_batches: list[int] = field(default_factory=list)
+    """Batches set aside whole (``wal-sink quarantine-batch``): acked as
+    quarantined, never applied."""
+    rows_skipped: int = 0
+    """CDC upserts a newer delete made stale (not applied, not bad data)."""
+    tombstones: int | None = None
+    """Deletes remembered against older upserts ([cdc] with a version column)."""
     outbox_rows: int = 0
     """Rows set aside by committed batches, not yet in the quarantine table."""
+    quarantine_entries: int = 0
+    """Entries in the quarantine table."""
+    quarantine_open: int = 0
+    """Entries no retry applied yet (failed again included)."""
+    quarantine_retried: int = 0
+    """Entries a retry applied (resolved)."""
+    quarantine_failed: int = 0
+    """Open entries a retry tried and saw refused again."""
     last_commit_at: str | None = None
     lag_seconds: float | None = None
     """Seconds since the last batch was committed to MySQL."""
@@ -72,20 +90,27 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
     try:
         with sink.engine.connect() as conn:
             acks = sink.acks.summary(conn)
+            set_aside = sink.acks.set_aside(conn)
             unacked = unacked_batches(wal, sink.acks, conn, staged)
-            outbox = Outbox(
-                sink.tables.outbox, sink.sink_id, _quarantine(sink)
-            ).waiting(conn)
+            outbox = Outbox(sink.tables.outbox, sink.sink_id, sink.quarantine).waiting(
+                conn
+            )
             lease_row = conn.execute(
                 select(lease.c.epoch, lease.c.holder, lease.c.acquired_at).where(
                     lease.c.sink_id == sink.sink_id
                 )
             ).first()
+            tombstones = _tombstones(sink, conn)
+            retries = sink.retries.counts(conn)
         tables = True
     except ProgrammingError as e:
         if error_code(e) != NO_SUCH_TABLE:
             raise
         acks, unacked, outbox, lease_row, tables = None, sorted(staged), 0, None, False
+        set_aside = []
+        tombstones = None
+        retries = RetryCounts(0, 0)
+    quarantine = QuarantineCounts(sink.quarantine.count(), *astuple(retries))
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     last_at = acks.last_commit_at if acks else None
     last = acks.last if acks else None
@@ -115,7 +140,14 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         rows_applied=acks.rows if acks else 0,
         rows_deleted=acks.deleted if acks else 0,
         rows_quarantined=acks.quarantined if acks else 0,
+        quarantined_batches=set_aside,
+        rows_skipped=acks.skipped if acks else 0,
+        tombstones=tombstones,
         outbox_rows=outbox,
+        quarantine_entries=quarantine.entries,
+        quarantine_open=quarantine.open,
+        quarantine_retried=quarantine.retried,
+        quarantine_failed=quarantine.failed,
         last_commit_at=last_at.isoformat() if last_at else None,
         lag_seconds=round((now - last_at).total_seconds(), 3) if last_at else None,
         lag_batches=(last_staged - (last if last is not None else -1))
@@ -127,6 +159,10 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
     )
 
 
-def _quarantine(sink: SinkInstance) -> Quarantine:
+def _tombstones(sink: SinkInstance, conn: Connection) -> int | None:
+    """How many tombstones the sink keeps; None without [cdc] and a version column
+    (0 while the table does not exist yet)."""
     config = sink.config
-    return Quarantine(config.quarantine_path, sink.sink_id, storage=config.storage)
+    if not config.cdc or not config.mysql.version_column:
+        return None
+    return Tombstones(config).count(conn)

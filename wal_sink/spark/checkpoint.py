@@ -37,12 +37,26 @@ def last_planned_batch(spark: SparkSession, location: str) -> int | None:
     Spark writes offsets/N before running batch N and re-runs the last planned batch
     after a crash, so no batch staged by this checkpoint can be above this number.
     """
-    fs, offsets = _fs_path(spark, location.rstrip("/") + "/offsets")
-    if not fs.exists(offsets):
+    return _newest(spark, location, "offsets")
+
+
+def last_committed_batch(spark: SparkSession, location: str) -> int | None:
+    """Highest batch id in the checkpoint's commit log, or None.
+
+    Spark writes commits/N once ``foreachBatch`` returned for batch N, which the
+    sink does only after staging it: every batch in it is one the WAL holds (its
+    app transaction keeps the id even after a purge), unless the WAL was lost.
+    """
+    return _newest(spark, location, "commits")
+
+
+def _newest(spark: SparkSession, location: str, log: str) -> int | None:
+    fs, path = _fs_path(spark, f"{location.rstrip('/')}/{log}")
+    if not fs.exists(path):
         return None
     ids = [
         int(s.getPath().getName())
-        for s in fs.listStatus(offsets)
+        for s in fs.listStatus(path)
         if s.getPath().getName().isdigit()
     ]
     return max(ids, default=None)

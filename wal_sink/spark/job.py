@@ -14,19 +14,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from wal_sink.config import Config
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, StopRequested, TerminalError, first_line
 from wal_sink.metrics import SinkMetrics
-from wal_sink.protocol.pipeline import Applied
+from wal_sink.protocol.pipeline import Applied, describe
 from wal_sink.protocol.recovery import check_checkpoint
 from wal_sink.spark.checkpoint import last_planned_batch
 from wal_sink.spark.restart import RestartPolicy
-from wal_sink.spark.sink import WalSink
+from wal_sink.spark.sink import WalSink, check_stream
 from wal_sink.spark.source import (
     CORRUPT_COLUMN,
     corrupt_records,
@@ -53,10 +54,9 @@ class BatchRunner:
     """The foreachBatch function: one batch staged through the sink, one log line;
     the committer thread logs the batch again when it is applied."""
 
-    def __init__(self, sink: WalSink, stop: GracefulStop, checkpoint: str) -> None:
+    def __init__(self, sink: WalSink, stop: GracefulStop) -> None:
         self.sink = sink
         self.stop = stop
-        self.checkpoint = checkpoint
         self.failure: BaseException | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -82,22 +82,7 @@ class BatchRunner:
 
 def log_applied(applied: Applied) -> None:
     """The committer's line for each batch it finished."""
-    r = applied.result
-    if not r.applied:
-        log.info("batch %d already applied", r.batch_id)
-        return
-    lag = "-" if applied.lag_ms is None else f"{applied.lag_ms:.0f}"
-    log.info(
-        "batch %d applied: rows=%d deleted=%d quarantined=%d commit_ms=%.0f "
-        "lag_ms=%s pending=%d",
-        r.batch_id,
-        r.rows,
-        r.deleted,
-        r.quarantined,
-        r.seconds * 1000,
-        lag,
-        applied.pending,
-    )
+    log.info("%s", describe(applied))
 
 
 class ParseErrorRunner:
@@ -134,17 +119,16 @@ class ParseErrorRunner:
 def start_query(
     df: DataFrame,
     name: str,
-    run: Callable[[DataFrame, int], None],
+    sink: Callable[[DataStreamWriter], DataStreamWriter],
     checkpoint: str,
     config: Config,
     available_now: bool,
     output_mode: str,
     trigger_factor: int = 1,
 ) -> StreamingQuery:
-    writer = (
+    writer = sink(
         df.writeStream.queryName(name)
         .outputMode(output_mode)
-        .foreachBatch(run)
         .option("checkpointLocation", checkpoint)
     )
     if available_now:
@@ -158,17 +142,22 @@ def start_query(
 
 
 def start_queries(
-    spark: SparkSession, config: Config, runner: BatchRunner, available_now: bool
+    spark: SparkSession,
+    config: Config,
+    path: SinkPath,
+    checkpoint: str,
+    available_now: bool,
+    frame: DataFrame,
 ) -> list[StreamingQuery]:
-    """The sink's query and, for parsed formats, the parse-error query beside it."""
+    """The sink's query over ``frame`` and, for parsed formats, the parse-error query
+    beside it."""
     name = f"wal_sink_{config.sink.id}".replace("-", "_").replace(".", "_")
-    source = read_source(spark, config)
     queries = [
         start_query(
-            streaming_frame(spark, config, source),
+            frame,
             name,
-            runner,
-            runner.checkpoint,
+            path.attach,
+            checkpoint,
             config,
             available_now,
             config.job.output_mode,
@@ -176,20 +165,20 @@ def start_queries(
     ]
     corrupt = corrupt_records(read_source(spark, config, PARSE_TRIGGER_FACTOR))
     if corrupt is not None:
-        checkpoint = runner.checkpoint.rstrip("/") + PARSE_CHECKPOINT_SUFFIX
+        side_checkpoint = checkpoint.rstrip("/") + PARSE_CHECKPOINT_SUFFIX
         side = ParseErrorRunner(config)
         check_checkpoint(
             config.sink.id,
-            checkpoint,
-            last_planned_batch(spark, checkpoint),
+            side_checkpoint,
+            last_planned_batch(spark, side_checkpoint),
             side.quarantine.version(side.app_id),
         )
         queries.append(
             start_query(
                 corrupt,
                 f"{name}_parse_errors",
-                side,
-                checkpoint,
+                lambda w: w.foreachBatch(side),
+                side_checkpoint,
                 config,
                 available_now,
                 "append",
@@ -199,10 +188,108 @@ def start_queries(
     return queries
 
 
+class SinkPath(Protocol):
+    """How one attempt of the job stages and applies: a committer thread behind
+    foreachBatch (ForeachBatchPath), or format("wal_sink") and a follower process
+    (datasource_job.DataSourcePath)."""
+
+    def start(self, spark: SparkSession, frame: DataFrame) -> None:
+        """Before the query over ``frame`` starts: refuse a stream the target cannot
+        take as configured (check_stream), then lease, checkpoint check and
+        recovery."""
+
+    def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
+        """The sink on the query's writer."""
+
+    def check(self) -> None:
+        """Raise what stopped the applying side, if anything did."""
+
+    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
+        """SIGTERM: no further batch is staged; the queries are stopped next."""
+
+    def finish(self, stop: GracefulStop) -> int:
+        """The queries ended: apply what is staged (see ``_finish``), exit code."""
+
+    def cause(self, error: BaseException) -> BaseException:
+        """What made the query fail, for the restart decision."""
+
+    def close(self) -> None:
+        """Release what the attempt holds; what is not applied stays staged."""
+
+
+class ForeachBatchPath:
+    """foreachBatch stages (BatchRunner), the sink's committer thread applies."""
+
+    def __init__(
+        self, config: Config, stop: GracefulStop, metrics: SinkMetrics
+    ) -> None:
+        self.config = config
+        self.sink = WalSink(
+            config, on_applied=log_applied, stop=stop.now, metrics=metrics
+        )
+        self.runner = BatchRunner(self.sink, stop)
+
+    def start(self, spark: SparkSession, frame: DataFrame) -> None:
+        # The query's columns, checked against the target before the lease.
+        self.sink.expect_columns(frame.columns)
+        check_stream(self.sink, frame.schema)
+        recovered = self.sink.recover(spark, self.config.job.checkpoint)
+        if recovered:
+            log.info(
+                "recovered %d batch(es) before starting: %s",
+                len(recovered),
+                [r.batch_id for r in recovered],
+            )
+
+    def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
+        return writer.foreachBatch(self.runner)
+
+    def check(self) -> None:
+        self.sink.check()  # a committer failure stops the job, even when idle
+
+    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
+        self.sink.stop_taking_batches()
+
+    def finish(self, stop: GracefulStop) -> int:
+        """Let the committer apply what is staged — all of it when draining, for up
+        to ``job.stop_timeout`` on SIGTERM, nothing more after a second SIGTERM —
+        then say how it ended."""
+        sink = self.sink
+        started = time.monotonic()
+        while not sink.drain(0.25):
+            sink.check()
+            waited = time.monotonic() - started
+            if stop.now.is_set() or (
+                stop.requested and waited > self.config.job.stop_timeout
+            ):
+                log.warning(
+                    "stopped with %d staged batch(es) not yet applied; the next "
+                    "start applies them",
+                    sink.pending,
+                )
+                return EXIT_OK
+        log.info("query finished: %s", "stopped" if stop.requested else "drained")
+        return EXIT_OK
+
+    def cause(self, error: BaseException) -> BaseException:
+        return self.runner.failure or self.sink.failure or error
+
+    def close(self) -> None:
+        self.sink.close(timeout=0)
+
+
 def run_job(
-    config: Config, *, available_now: bool, spark: SparkSession | None = None
+    config: Config,
+    *,
+    available_now: bool,
+    spark: SparkSession | None = None,
+    config_path: str | None = None,
 ) -> int:
-    """Run until drained (``available_now``), stopped, or the strategy gives up."""
+    """Run until drained (``available_now``), stopped, or the strategy gives up.
+
+    ``config_path``, the file ``config`` was read from, is needed with
+    ``job.writer = "datasource"``: the data source and the follower read it.
+    """
     if config.job is None:
         raise ConfigError("config section [job] is missing; the job needs it")
     spark = spark or (
@@ -211,12 +298,14 @@ def run_job(
     for key, value in config.job.spark_conf.items():
         spark.conf.set(key, value)
     config.storage.configure_spark(spark)  # S3A settings before any s3a:// access
-    checkpoint = config.job.checkpoint
     stop = GracefulStop()
     stop.install(spark)
     policy = RestartPolicy(config.job.restart)
     metrics = SinkMetrics(config.sink.id)
-    if config.job.metrics_port is not None:
+    datasource = config.job.writer == "datasource"
+    if datasource and config_path is None:
+        raise ConfigError('job.writer = "datasource" needs the config file\'s path')
+    if config.job.metrics_port is not None and not datasource:  # else the follower
         metrics.serve(config.job.metrics_port, config.job.metrics_host)
         log.info(
             "metrics at http://%s:%d/metrics",
@@ -224,26 +313,28 @@ def run_job(
             config.job.metrics_port,
         )
     while True:
-        sink = WalSink(config, on_applied=log_applied, stop=stop.now, metrics=metrics)
-        runner = BatchRunner(sink, stop, checkpoint)
+        path: SinkPath
+        if datasource:
+            from wal_sink.spark.datasource_job import DataSourcePath
+
+            path = DataSourcePath(config, config_path, stop)
+        else:
+            path = ForeachBatchPath(config, stop, metrics)
         queries: list[StreamingQuery] = []
         try:
-            recovered = sink.recover(spark, checkpoint)
-            if recovered:
-                log.info(
-                    "recovered %d batch(es) before starting: %s",
-                    len(recovered),
-                    [r.batch_id for r in recovered],
-                )
-            queries = start_queries(spark, config, runner, available_now)
+            frame = streaming_frame(spark, config, read_source(spark, config))
+            path.start(spark, frame)
+            queries = start_queries(
+                spark, config, path, config.job.checkpoint, available_now, frame
+            )
             while any(q.isActive for q in queries):
                 for query in queries:
                     query.awaitTermination(0.25)  # raises if the query failed
-                sink.check()  # a committer failure stops the job, even when idle
+                path.check()
                 if stop.requested and not stop.stopping:
-                    sink.stop_taking_batches()
+                    path.stop_taking_batches(queries)
                     stop.stop_between_batches(queries)
-            return _finish(sink, config, stop)
+            return path.finish(stop)
         except ConfigError as e:
             log.error("%s", e)
             return EXIT_CONFIG
@@ -251,9 +342,9 @@ def run_job(
             log.error("%s", e)
             return EXIT_FAILED
         except Exception as e:  # StreamingQueryException, TransientError, lost MySQL
-            cause = runner.failure or sink.failure or e
+            cause = path.cause(e)
             if stop.requested and not isinstance(cause, TerminalError):
-                return _finish(sink, config, stop)
+                return path.finish(stop)
             if isinstance(cause, TerminalError):
                 log.error("%s", cause)
                 return EXIT_CONFIG if isinstance(cause, ConfigError) else EXIT_FAILED
@@ -276,26 +367,7 @@ def run_job(
             for query in queries:
                 if query.isActive:
                     query.stop()
-            sink.close(timeout=0)
-
-
-def _finish(sink: WalSink, config: Config, stop: GracefulStop) -> int:
-    """The queries ended (drained, or stopped by SIGTERM): let the committer apply
-    what is staged — all of it when draining, for up to ``job.stop_timeout`` on
-    SIGTERM, nothing more after a second SIGTERM — then say how it ended."""
-    started = time.monotonic()
-    while not sink.drain(0.25):
-        sink.check()
-        waited = time.monotonic() - started
-        if stop.now.is_set() or (stop.requested and waited > config.job.stop_timeout):
-            log.warning(
-                "stopped with %d staged batch(es) not yet applied; the next start "
-                "applies them",
-                sink.pending,
-            )
-            return EXIT_OK
-    log.info("query finished: %s", "stopped" if stop.requested else "drained")
-    return EXIT_OK
+            path.close()
 
 
 def _sleep_unless_stopped(seconds: float, stop: GracefulStop) -> None:

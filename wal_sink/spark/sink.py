@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import ArrayType, MapType, StructType
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -33,11 +34,17 @@ from wal_sink.errors import CheckpointResetError, FencedError, first_line
 from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
 from wal_sink.mysql.errors import is_transient, mysql_error
+from wal_sink.mysql.row_screen import check_json_targets
+from wal_sink.mysql.target import reflect_target
 from wal_sink.protocol.committer import CommitResult
-from wal_sink.protocol.pipeline import Applied, Handoff, Pipeline
-from wal_sink.protocol.recovery import check_checkpoint
+from wal_sink.protocol.pipeline import Applied, Handoff, Pipeline, record_applied
+from wal_sink.protocol.recovery import check_checkpoint, check_commit_log
 from wal_sink.protocol.sink_instance import SinkInstance
-from wal_sink.spark.checkpoint import batch_timestamp_ms, last_planned_batch
+from wal_sink.spark.checkpoint import (
+    batch_timestamp_ms,
+    last_committed_batch,
+    last_planned_batch,
+)
 from wal_sink.spark.staging import stage
 
 log = logging.getLogger(__name__)
@@ -93,7 +100,8 @@ class WalSink(SinkInstance):
     def recover(
         self, spark: SparkSession | None = None, checkpoint: str | None = None
     ) -> list[CommitResult]:
-        """Take the lease, check the checkpoint (I7), apply unacked batches in order.
+        """Take the lease, check the checkpoint both ways (I7), apply unacked batches
+        in order.
 
         Args:
             spark: needed to read the checkpoint; without it the check is left to
@@ -113,6 +121,12 @@ class WalSink(SinkInstance):
                 last_planned_batch(spark, self._checkpoint),
                 self.high_water,
             )
+            check_commit_log(
+                self.sink_id,
+                self._checkpoint,
+                last_committed_batch(spark, self._checkpoint),
+                self.known,
+            )
         return super().recover()
 
     def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
@@ -124,6 +138,7 @@ class WalSink(SinkInstance):
         pipeline = self._pipeline_for()
         self._guard_first_batch(batch_id)
         self._check_lease(batch_id)
+        self.check_columns(df.columns)
         # Backpressure: at most wal.max_pending staged batches wait for MySQL.
         pipeline.wait_for_room()
         # Step 1. Stage (None: the WAL already holds this batch; apply what it holds).
@@ -191,16 +206,7 @@ class WalSink(SinkInstance):
 
     def _applied(self, applied: Applied) -> None:
         """The committer finished a batch: metrics, then the caller's callback."""
-        result, metrics = applied.result, self.metrics
-        if result.applied:
-            metrics.batches_applied.inc()
-            metrics.rows_applied.inc(result.rows)
-            metrics.rows_deleted.inc(result.deleted)
-            metrics.rows_quarantined.inc(result.quarantined)
-            if applied.lag_ms is not None:
-                metrics.lag_seconds.observe(max(0.0, applied.lag_ms / 1000))
-        metrics.last_applied_batch.set(result.batch_id)
-        metrics.batches_pending.set(applied.pending)
+        record_applied(self.metrics, applied)
         if self.on_applied is not None:
             self.on_applied(applied)
 
@@ -234,15 +240,48 @@ class WalSink(SinkInstance):
 
     def _guard_first_batch(self, batch_id: int) -> None:
         """I7 without a checkpoint to read: after a restart Spark's first batch is the
-        last planned one or the next, never below what the sink already knows."""
+        last planned one or the next, never below what the sink already knows, and
+        never beyond the batch after it (Spark would have committed batches the
+        sink never staged)."""
         if self._first_batch_seen:
             return
         self._first_batch_seen = True
-        if self.high_water is not None and batch_id < self.high_water:
+        known = self.high_water
+        if known is not None and batch_id < known:
             raise CheckpointResetError(
                 f"Spark delivered batch {batch_id} first, but the WAL/ack table "
-                f"already hold batch {self.high_water}: the checkpoint was reset or "
-                "replaced. Restore it, or use a new sink.id",
+                f"already hold batch {known}: the checkpoint was reset or "
+                "replaced. Restore it, or start over with a new sink.id and "
+                "wal.path",
                 sink_id=self.sink_id,
                 batch_id=batch_id,
             )
+        expected = 0 if known is None else known + 1
+        if batch_id > expected:
+            raise CheckpointResetError(
+                f"Spark delivered batch {batch_id} first, but the WAL/ack table know "
+                f"{'no batch' if known is None else f'batches up to {known}'}: Spark "
+                f"committed batch(es) {expected}..{batch_id - 1} into a WAL that is "
+                "gone (deleted, moved, or wal.path changed). Restore the WAL; to start "
+                "over, use a new checkpoint too",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
+
+
+def check_stream(instance: SinkInstance, schema: StructType) -> None:
+    """Refuse (ConfigError), before a query over ``schema`` starts and without taking
+    the lease, a stream the target cannot take as configured: columns that reach
+    another row through a unique index besides ``mysql.key``
+    (``mysql.unique_conflicts``), and struct, array or map columns whose target
+    column is neither JSON nor text (the sink writes such values as JSON text). The
+    committer checks each new schema the same way."""
+    instance.check_columns(schema.names)
+    nested = {
+        f.name: f.dataType.simpleString()
+        for f in schema.fields
+        if isinstance(f.dataType, (StructType, ArrayType, MapType))
+    }
+    if nested:
+        target = reflect_target(instance.engine, instance.config.mysql.table)
+        check_json_targets(target, nested)

@@ -6,8 +6,9 @@ on a fresh snapshot (wal_writer.py).
 Vacuum removes files older than the retention that the table no longer references:
 batches purged earlier, and what crashes left behind — an attempt's Parquet files
 written but never committed, delta-rs's ``NNN.json#N`` and Delta's ``*.tmp`` commit
-files in ``_delta_log``. Keep the retention above the longest stage: a younger file
-may belong to a batch being written right now.
+files in ``_delta_log``. The retention must stay above the longest stage: a younger
+file may belong to a batch being written right now (``purge`` refuses one under
+``wal.min_vacuum_retention``). Only the sink that owns the WAL purges or vacuums it.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import time
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
+from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from wal_sink.errors import TransientError
+from wal_sink.errors import TransientError, WalSinkError
 from wal_sink.storage import Storage
+from wal_sink.wal.ownership import WAL, check_owner
 from wal_sink.wal.reader import BATCH_COLUMN, delta_table
 from wal_sink.wal.storage_errors import storage_error
 
@@ -34,12 +37,19 @@ class VacuumResult:
     bytes: int
 
 
-def delete_batches(location: str, storage: Storage, batch_ids: list[int]) -> None:
-    """Remove whole batches from the WAL (callers pass only acked ones: I5). Only
-    Delta remove actions are written: the predicate is on the partition column."""
+def delete_batches(
+    location: str,
+    storage: Storage,
+    batch_ids: list[int],
+    *,
+    sink_id: str | None = None,
+) -> None:
+    """Remove whole batches from the WAL (callers pass only acked ones: I5), which
+    must be ``sink_id``'s when given. Only Delta remove actions are written: the
+    predicate is on the partition column."""
     ids = sorted(set(batch_ids))
     try:
-        table = delta_table(location, storage)
+        table = _owned(location, storage, sink_id)
         for start in range(0, len(ids), DELETE_IDS_PER_COMMIT):
             chunk = ids[start : start + DELETE_IDS_PER_COMMIT]
             predicate = f"{BATCH_COLUMN} IN ({', '.join(str(int(b)) for b in chunk)})"
@@ -53,20 +63,26 @@ def delete_batches(location: str, storage: Storage, batch_ids: list[int]) -> Non
                             f"purge of {location} kept conflicting with other commits"
                         ) from None
                     table.update_incremental()
-    except TransientError:
+    except WalSinkError:
         raise
     except Exception as e:
         raise storage_error(e, location) from e
 
 
 def vacuum(
-    location: str, storage: Storage, retain_seconds: float, *, dry_run: bool = False
+    location: str,
+    storage: Storage,
+    retain_seconds: float,
+    *,
+    sink_id: str | None = None,
+    dry_run: bool = False,
 ) -> VacuumResult:
     """Delete (or, with ``dry_run``, count) unreferenced files older than the
-    retention. delta-rs takes the retention in whole hours: it is rounded up."""
+    retention, in ``sink_id``'s WAL when given (another sink's is refused). delta-rs
+    takes the retention in whole hours: it is rounded up."""
     fs, root = storage.filesystem(location)
     try:
-        table = delta_table(location, storage)
+        table = _owned(location, storage, sink_id)
         hours = math.ceil(retain_seconds / 3600)
         listed = table.vacuum(
             retention_hours=hours,
@@ -91,9 +107,18 @@ def vacuum(
             emptied = {p.rsplit("/", 1)[0] for p in data}
             emptied |= {p.rsplit("/", 1)[0] for p in emptied}
             _remove_empty_dirs(fs, root, emptied, cutoff)
+    except WalSinkError:
+        raise
     except Exception as e:
         raise storage_error(e, location) from e
     return VacuumResult(files=len(data) + len(temps), bytes=size)
+
+
+def _owned(location: str, storage: Storage, sink_id: str | None) -> DeltaTable:
+    table = delta_table(location, storage)
+    if sink_id is not None:
+        check_owner(table, sink_id, location, WAL)
+    return table
 
 
 def _inside(root: str, path: str) -> str:

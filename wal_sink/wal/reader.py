@@ -26,6 +26,7 @@ from deltalake.exceptions import TableNotFoundError
 from wal_sink import faults
 from wal_sink.errors import TerminalError, WalSinkError
 from wal_sink.storage import Storage
+from wal_sink.wal.ownership import WAL, check_owner
 from wal_sink.wal.storage_errors import storage_error
 
 BATCH_COLUMN = "_wal_batch_id"
@@ -77,7 +78,9 @@ class BatchState(Enum):
 
 
 class WalReader:
-    """Read-only view of one WAL table; ``refresh()`` picks up new commits."""
+    """Read-only view of one WAL table; ``refresh()`` picks up new commits.
+
+    With a ``sink_id``, a WAL another sink owns is refused (ConfigError, I9)."""
 
     def __init__(
         self, path: str, storage: Storage = Storage(), sink_id: str | None = None
@@ -85,7 +88,7 @@ class WalReader:
         self.path = path
         self.storage = storage
         self.sink_id = sink_id
-        """Named in errors, when known."""
+        """The sink reading: named in errors, and the owner the WAL must have."""
         self._table: DeltaTable | None = None
 
     def exists(self) -> bool:
@@ -95,11 +98,13 @@ class WalReader:
         """The current snapshot, or None while nothing was ever staged."""
         if self._table is None:
             try:
-                self._table = delta_table(self.path, self.storage)
+                table = delta_table(self.path, self.storage)
             except TableNotFoundError:
                 return None
             except Exception as e:
                 raise storage_error(e, self.path, sink_id=self.sink_id) from e
+            self._check_owner(table)
+            self._table = table
         return self._table
 
     def refresh(self) -> None:
@@ -110,6 +115,11 @@ class WalReader:
             self._table.update_incremental()
         except Exception as e:
             raise storage_error(e, self.path, sink_id=self.sink_id) from e
+        self._check_owner(self._table)
+
+    def _check_owner(self, table: DeltaTable) -> None:
+        if self.sink_id is not None:
+            check_owner(table, self.sink_id, self.path, WAL)
 
     def last_staged(self, sink_id: str) -> int | None:
         """Highest batch id whose stage committed (Delta's txn version for the app)."""
@@ -154,9 +164,9 @@ class WalReader:
 
         The WAL's application transaction says whether the batch was staged; the
         commit that staged it (the first table version whose transaction reached
-        ``batch_id``) says whether it had files. Today's writer always commits at
-        least one file, so this matters for WALs written by wal_sink 0.1, whose
-        empty batches have none, and for files lost since (I1: never acked empty).
+        ``batch_id``) says whether it had files. Batches staged with no rows have
+        none (by the data source, and by wal_sink 0.1), and files can be lost
+        since (I1: never acked empty).
         """
         table = self.table()
         if table is None or (table.transaction_version(app_id) or -1) < batch_id:

@@ -11,6 +11,7 @@ delta-rs does not stop the same (app id, version) being committed twice in a row
 the version is checked against a fresh snapshot before each commit; a concurrent
 commit with the same app id is refused by delta-rs's conflict checker, and any other
 conflict (a purge committing at the same moment) is retried on a fresh snapshot.
+A WAL another sink owns is never committed to (I9).
 """
 
 from __future__ import annotations
@@ -28,16 +29,19 @@ from deltalake import (
     Transaction,
 )
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from deltalake.transaction import AddAction, create_table_with_add_actions
+from deltalake.transaction import AddAction
 
 from wal_sink.errors import TerminalError, TransientError
 from wal_sink.storage import Storage
+from wal_sink.wal.ownership import WAL, check_owner, owned_configuration
 from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN, delta_table
 from wal_sink.wal.storage_errors import storage_error
+from wal_sink.wal.writer_run import WriterRun
 
 log = logging.getLogger(__name__)
 
-# Table properties set when the first batch creates the WAL. Deletion vectors would
+# Table properties set when the first stage creates the WAL, besides its owner's
+# sink id (ownership.py). Deletion vectors would
 # hide deleted rows from readers that only list files; the WAL deletes whole
 # partitions anyway. Statistics: ``_wal_seq`` only, whose minimum orders a batch's
 # files (wal.py); readers need no other.
@@ -88,7 +92,8 @@ class WalWriter:
         self._table: DeltaTable | None = None
 
     def _fresh(self) -> DeltaTable | None:
-        """The newest snapshot (a handle does not advance by its own commits)."""
+        """The newest snapshot (a handle does not advance by its own commits); a WAL
+        another sink owns is refused (ConfigError, I9)."""
         try:
             if self._table is None:
                 self._table = delta_table(self.location, self.storage)
@@ -98,6 +103,7 @@ class WalWriter:
             return None
         except Exception as e:
             raise storage_error(e, self.location, sink_id=self.sink_id) from e
+        check_owner(self._table, self.sink_id, self.location, WAL)
         return self._table
 
     def staged_version(self) -> int | None:
@@ -105,14 +111,24 @@ class WalWriter:
         table = self._fresh()
         return None if table is None else table.transaction_version(self.sink_id)
 
+    def snapshot(self) -> DeltaTable | None:
+        """The newest snapshot, or None while nothing was ever staged."""
+        return self._fresh()
+
     def commit(
-        self, batch_id: int, files: list[WrittenFile], schema: pa.Schema
+        self,
+        batch_id: int,
+        files: list[WrittenFile],
+        schema: pa.Schema,
+        run: WriterRun | None = None,
     ) -> bool:
         """Commit exactly ``files`` as batch ``batch_id`` in one Delta commit.
 
         ``schema`` is the files' Arrow schema (without the partition column). A batch
         may add nullable columns to the WAL's schema, in the same commit; a column
-        that is missing or changes type is refused, naming it.
+        that is missing or changes type is refused, naming it. With ``run`` (the
+        data source) the commit also proves, on the same snapshot, that this query
+        run still holds the WAL (writer_run.py), or raises FencedError.
 
         Returns:
             True when this call staged the batch; False when the WAL already had it
@@ -123,16 +139,20 @@ class WalWriter:
                 raise ValueError(f"{path} is outside batch {batch_id}'s partition")
         actions = [f.add_action(batch_id) for f in files]
         wanted = table_schema(schema)
-        properties = CommitProperties(
-            app_transactions=[Transaction(app_id=self.sink_id, version=batch_id)],
-            custom_metadata={"wal_sink.batch_id": str(batch_id)},
-        )
         for _ in range(COMMIT_ATTEMPTS):
             table = self._fresh()
+            claims = run.transactions(table, batch_id) if run else []
+            properties = CommitProperties(
+                app_transactions=[
+                    Transaction(app_id=self.sink_id, version=batch_id),
+                    *claims,
+                ],
+                custom_metadata={"wal_sink.batch_id": str(batch_id)},
+            )
             try:
                 if table is None:
-                    self._create(wanted, actions, properties)
-                    return True
+                    self._create(wanted)
+                    continue  # then commit the batch to it
                 staged = table.transaction_version(self.sink_id)
                 if staged is not None and staged >= batch_id:
                     return False
@@ -188,19 +208,21 @@ class WalWriter:
             batch_id=batch_id,
         )
 
-    def _create(
-        self, schema: Schema, actions: list[AddAction], properties: CommitProperties
-    ) -> None:
+    def _create(self, schema: Schema) -> None:
+        """Create the WAL, owned by this sink, without a batch: delta-rs takes a
+        table property of its own only when creating a table this way."""
         try:
-            create_table_with_add_actions(
+            DeltaTable.create(
                 self.location,
                 schema,
-                actions,
                 mode="error",
                 partition_by=[BATCH_COLUMN],
-                configuration=WAL_TABLE_PROPERTIES,
+                configuration={
+                    **WAL_TABLE_PROPERTIES,
+                    **owned_configuration(self.sink_id),
+                },
                 storage_options=self.storage.delta_options or None,
-                commit_properties=properties,
+                raise_if_key_not_exists=False,
             )
         except Exception as e:
             if "already exists" in str(e):
@@ -209,7 +231,7 @@ class WalWriter:
 
 
 class _CreateRace(Exception):
-    """Another process created the table first: commit to it instead."""
+    """Another process created the table first: commit to it (if it is ours)."""
 
 
 def table_schema(files: pa.Schema) -> Schema:

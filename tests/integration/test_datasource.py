@@ -1,0 +1,244 @@
+"""``df.writeStream.format("wal_sink")`` in classic Spark, with the follower applying
+behind it: found without a register call, exact totals with an ``add`` column, one
+writer epoch per query run (what fencing relies on), a reset checkpoint refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.errors import StreamingQueryException
+
+from tests.integration.test_invariants import SCHEMA, write_landing
+from wal_sink.config import load_config
+from wal_sink.protocol.follower import Follower
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.protocol.stage_commit import StageCommitter
+from wal_sink.wal.applied_position import AppliedPosition
+from wal_sink.wal.task_files import wal_schema, write_task_file
+from wal_sink.wal.writer_run import WriterRun
+
+
+def write_config(path: Path, db, tmp: Path, sink_id: str, extra: str = "") -> Path:
+    path.write_text(f"""
+[sink]
+id = "{sink_id}"
+
+[wal]
+path = "{tmp / "wal"}"
+max_pending = 2
+
+[mysql]
+url = "{db.url}"
+table = "ds_totals"
+key = ["k"]
+merge = {{ amount = "add" }}
+{extra}
+""")
+    return path
+
+
+@pytest.fixture
+def target(db):
+    for t in ("ds_totals", "wal_sink_ack", "wal_sink_lease", "wal_sink_outbox"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        "CREATE TABLE ds_totals (k VARCHAR(32) PRIMARY KEY, amount DECIMAL(14,2), "
+        "seq BIGINT) ENGINE=InnoDB"
+    )
+    return lambda: dict(db.rows("SELECT k, amount FROM ds_totals"))
+
+
+class FollowerThread:
+    """``wal-sink follow``'s loop in a thread of the test."""
+
+    def __init__(self, config_path: Path) -> None:
+        self.follower = Follower(SinkInstance(load_config(config_path)))
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.follower.run()
+        except BaseException as e:
+            self.failure = e
+
+    def drain(self) -> None:
+        self.follower.stop(drain=True)
+        self.thread.join(120)
+        assert not self.thread.is_alive()
+        if self.failure:
+            raise self.failure
+        self.follower.instance.close()
+
+
+def stream(spark, config: Path, landing: Path, checkpoint: Path) -> None:
+    query = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(landing))
+        .writeStream.format("wal_sink")  # no register call: pyspark_wal_sink
+        .option("config", str(config))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def test_format_wal_sink_with_the_follower_lands_exactly_once(
+    spark, db, target, tmp_path
+):
+    config = write_config(tmp_path / "ds.toml", db, tmp_path, "ds")
+    landing = tmp_path / "landing"
+    first = [[("a", "1.50", 1), ("b", "2.00", 1)], [("a", "3.25", 2)]] * 3
+    expected = write_landing(landing, first)
+    follower = FollowerThread(config)
+    stream(spark, config, landing, tmp_path / "cp")
+    follower.drain()
+    assert target() == expected
+    acks = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
+    assert acks == list(range(6))
+    assert AppliedPosition(str(tmp_path / "wal")).read() == 5
+    wal = DeltaTable(str(tmp_path / "wal"))
+    assert wal.transaction_version("ds:writer") == 1, "one epoch for the whole run"
+
+    # The next run of the query takes a new epoch; its batches add exactly once.
+    more = [[("b", "0.25", 3)], [("c", "9.00", 4)]]
+    (landing / "more").mkdir()
+    for k, v in write_landing(landing / "more", more).items():
+        expected[k] = expected.get(k, Decimal(0)) + v
+    for f in sorted((landing / "more").iterdir()):
+        f.rename(landing / f"z{f.name}")
+    follower = FollowerThread(config)
+    stream(spark, config, landing, tmp_path / "cp")
+    follower.drain()
+    assert target() == expected
+    assert DeltaTable(str(tmp_path / "wal")).transaction_version("ds:writer") == 2
+
+
+def test_a_reset_checkpoint_is_refused_by_the_data_source(spark, db, target, tmp_path):
+    from wal_sink.spark import WalSinkDataSource
+
+    spark.dataSource.register(WalSinkDataSource)  # as found, registered by hand
+    config = write_config(tmp_path / "reset.toml", db, tmp_path, "reset")
+    landing = tmp_path / "landing"
+    expected = write_landing(landing, [[("a", "1.00", 1)], [("b", "2.00", 2)]])
+    follower = FollowerThread(config)
+    stream(spark, config, landing, tmp_path / "cp")
+    follower.drain()
+    with pytest.raises(StreamingQueryException, match="reset or replaced"):
+        stream(spark, config, landing, tmp_path / "new-checkpoint")
+    assert DeltaTable(str(tmp_path / "wal")).transaction_version("reset") == 1
+    assert target() == expected
+
+
+def test_follow_refuses_a_wal_behind_the_ack_table_with_one_line(db, target, tmp_path):
+    """The WAL was replaced (or the config points at another one) while the ack
+    table knows batch 3 applied: new batches would be skipped as applied."""
+    config = write_config(tmp_path / "replaced.toml", db, tmp_path, "replaced")
+    cli = str(Path(sys.executable).with_name("wal-sink"))
+    assert subprocess.run([cli, "-c", str(config), "init-db"]).returncode == 0
+    db.execute(
+        "INSERT INTO wal_sink_ack (sink_id, batch_id, row_count, deleted_count, "
+        "quarantined, epoch, committed_at) VALUES ('replaced', 3, 1, 0, 0, 1, NOW())"
+    )
+    done = subprocess.run(
+        [cli, "-c", str(config), "follow"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("error: ") and "Traceback" not in done.stderr, done.stderr
+    assert "has staged only up to None: it was replaced" in last
+
+
+def test_a_query_without_the_config_option_fails_with_one_line(spark, tmp_path):
+    landing = tmp_path / "landing"
+    write_landing(landing, [[("a", "1.00", 1)]])
+    query = (
+        spark.readStream.schema(SCHEMA)
+        .json(str(landing))
+        .writeStream.format("wal_sink")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as failed:
+        query.awaitTermination()
+    assert 'ConfigError: format("wal_sink") needs .option("config"' in str(failed.value)
+
+
+def test_the_follower_rides_out_a_failing_read_of_the_log(
+    db, target, tmp_path, monkeypatch
+):
+    """An I/O error reading the WAL's log (an object store briefly down) is retried
+    at the next polls, within the outage budget: the follower goes on."""
+    monkeypatch.setenv("WAL_SINK_FAULT", "follow.poll::eio-once")
+    config = write_config(tmp_path / "flaky.toml", db, tmp_path, "flaky")
+    follower = FollowerThread(config)
+    sink = load_config(config)
+    schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))
+    run = WriterRun("flaky", "run")
+    for batch_id in range(3):
+        rows = pa.record_batch([pa.array(["a", "b"]), pa.array([1, 2])], schema)
+        task = write_task_file(
+            sink.wal_path, sink.storage, batch_id, "a", 0, [rows], schema
+        )
+        StageCommitter(sink, run).commit(batch_id, [task], schema)
+    follower.drain()
+    assert target() == {"a": Decimal(3), "b": Decimal(6)}
+    assert follower.follower.instance.metrics.retries._value.get() >= 1
+
+
+def test_a_draining_follower_applies_every_staged_batch_and_stop_now_leaves_them(
+    db, target, tmp_path
+):
+    """Three batches staged, one transaction each; MySQL holds the first behind a
+    row lock while the follower is told to stop: drained, all three are applied;
+    stopped at once, the two behind it stay staged."""
+    config = write_config(
+        tmp_path / "drain.toml", db, tmp_path, "drain", "max_transaction_rows = 1"
+    )
+    config.write_text(config.read_text().replace("max_pending = 2", "max_pending = 9"))
+    sink = load_config(config)
+    schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))
+    db.execute("INSERT INTO ds_totals (k, amount) VALUES ('a', 0)")
+
+    def stage(batch_id: int) -> None:
+        rows = pa.record_batch([pa.array(["a"]), pa.array([1])], schema)
+        task = write_task_file(
+            sink.wal_path, sink.storage, batch_id, "a", 0, [rows], schema
+        )
+        StageCommitter(sink, WriterRun("drain", "run")).commit(batch_id, [task], schema)
+
+    for now, first in ((False, 0), (True, 3)):
+        with db.connect() as lock, lock.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT * FROM ds_totals WHERE k = 'a' FOR UPDATE")
+            follower = FollowerThread(config)
+            assert follower.follower.following.wait(60), "past its start-up"
+            for batch_id in range(first, first + 3):
+                stage(batch_id)
+            time.sleep(1)  # the follower is blocked applying the first
+            if now:
+                follower.follower.stop_now()
+                follower.thread.join(10)  # it returns without waiting for MySQL
+                assert not follower.thread.is_alive()
+            else:
+                follower.follower.stop(drain=True)
+            lock.rollback()
+        follower.thread.join(60)
+        assert not follower.thread.is_alive() and follower.failure is None
+        time.sleep(1)  # the transaction under way when it stopped commits
+        follower.follower.instance.close()
+    acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
+    assert acked == [0, 1, 2, 3], "drained: 0..2; stopped at once: 3 only"
+    assert target() == {"a": Decimal(4)}

@@ -1,0 +1,156 @@
+"""Careless configs are refused with one line naming the key, never a secret's value:
+passwords in the URL's query, secrets in job.spark_conf, URLs for other drivers,
+durations that are zero, negative or endless, files that are not UTF-8."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.test_config import base
+from wal_sink.config import config_from_dict, load_config, mysql_password
+from wal_sink.errors import ConfigError
+
+SECRET = "s3cr3t-value-9d2c"
+URL = "mysql+pymysql://sink@127.0.0.1:3306/shop"
+
+
+def refused(raw) -> str:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw)
+    line = str(info.value)
+    assert "\n" not in line and SECRET not in line, line
+    return line
+
+
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        (f"{URL}?password={SECRET}", "query key 'password': a password never goes"),
+        (f"{URL}?passwd={SECRET}", "query key 'passwd': a password never goes"),
+        (f"{URL}?ssl_key_password={SECRET}", "a password never goes in the URL"),
+        (f"mysql+pymysql://sink:{SECRET}@h/shop", "must not contain a password"),
+        (f"mysql+pymysql://sink:{SECRET}@h:port/shop", "is not a URL of the form"),
+        (f"{URL}?local_infile=1", "set mysql.local_infile instead"),
+        (f"{URL}?client_flag=128", "the sink sets the client's capabilities"),
+        (f"{URL}?colour=red", "'colour' is not a PyMySQL connection option"),
+        (f"{URL}?connect_timeout=soon", "a query value is not of its option's type"),
+        ("mysql://sink@h/shop", "must start with mysql+pymysql:// or mariadb+pym"),
+        ("mariadb://sink@h/shop", "not mariadb://"),
+        ("mysql+mysqldb://sink@h/shop", "not mysql+mysqldb://"),
+        ("MySQL+PyMySQL://sink@h/shop", "must start with mysql+pymysql://"),
+    ],
+)
+def test_mysql_url_refusals(url, says):
+    assert says in refused(base(mysql__url=url))
+
+
+def test_accepted_urls():
+    for url in (URL, "mariadb+pymysql://sink@h/shop", f"{URL}?connect_timeout=5"):
+        assert config_from_dict(base(mysql__url=url)).mysql.url == url
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.hadoop.fs.s3a.secret.key",
+        "spark.hadoop.fs.s3a.access.key",
+        "spark.hadoop.fs.s3a.session.token",
+        "spark.hadoop.fs.s3a.bucket.wal.secret.key",
+        "spark.ssl.keyStorePassword",
+        "spark.authenticate.secret",
+        "spark.executorEnv.AWS_SECRET_ACCESS_KEY",
+        "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net",
+    ],
+)
+def test_spark_conf_refuses_keys_that_hold_secrets(key):
+    line = refused(base(job={"checkpoint": "c", "spark_conf": {key: SECRET}}))
+    assert line.startswith(f"job.spark_conf: '{key}' may hold a secret")
+
+
+def test_spark_conf_takes_ordinary_settings():
+    # the credentials provider names a class, not a secret
+    provider = "spark.hadoop.fs.s3a.aws.credentials.provider"
+    chain = "software.amazon.awssdk.auth.credentials.ContainerCredentialsProvider"
+    settings = {"spark.sql.shuffle.partitions": 4, provider: chain}
+    job = {"checkpoint": "c", "spark_conf": settings}
+    assert config_from_dict(base(job=job)).job.spark_conf == {
+        "spark.sql.shuffle.partitions": "4",
+        provider: chain,
+    }
+
+
+POSITIVE = [
+    ("mysql", "read_timeout"),
+    ("mysql", "retry_backoff"),
+    ("mysql", "retry_backoff_max"),
+    ("mysql", "outage_budget"),
+]
+
+
+def with_duration(section: str, key: str, value):
+    if section == "mysql":
+        return base(**{f"mysql__{key}": value})
+    if section == "restart":
+        return base(job={"checkpoint": "c", "restart": {key: value}})
+    return base(job={"checkpoint": "c", key: value})
+
+
+@pytest.mark.parametrize(
+    "section, key",
+    [*POSITIVE, ("job", "trigger"), ("restart", "interval")],
+)
+@pytest.mark.parametrize("value", [0, "0 seconds", 0.0])
+def test_zero_durations_are_refused_where_they_mean_nothing(section, key, value):
+    if key == "trigger" and not isinstance(value, str):
+        value = "0ms"
+    line = refused(with_duration(section, key, value))
+    assert f"{key}: must be more than 0 seconds" in line
+
+
+@pytest.mark.parametrize(
+    "section, key",
+    [
+        *POSITIVE,
+        ("job", "stop_timeout"),
+        ("restart", "delay"),
+        ("restart", "interval"),
+    ],
+)
+@pytest.mark.parametrize(
+    "value", [-1, -0.5, "-5 seconds", float("nan"), float("inf"), 1e12, "400 days"]
+)
+def test_negative_and_endless_durations_are_refused(section, key, value):
+    assert key in refused(with_duration(section, key, value))
+
+
+def test_zero_is_a_duration_where_it_means_at_once():
+    c = config_from_dict(
+        base(job={"checkpoint": "c", "stop_timeout": 0, "restart": {"delay": 0}})
+    )
+    assert c.job.stop_timeout == 0 and c.job.restart.delay == 0
+    assert "job.trigger" in refused(base(job={"checkpoint": "c", "trigger": "-1s"}))
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('[sink]\nid = "s"\n# caf\xe9\n'.encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"is not UTF-8 text \(byte 0xe9 on line 3\)"):
+        load_config(path)
+
+
+def test_a_byte_order_mark_is_not_a_mistake(tmp_path):
+    path = tmp_path / "bom.toml"
+    path.write_bytes(
+        b"\xef\xbb\xbf[sink]\nid = 's'\n[wal]\npath = 'w'\n[mysql]\n"
+        b"url = 'mysql+pymysql://u@h/d'\ntable = 't'\nkey = ['k']\n"
+    )
+    assert load_config(path).sink.id == "s"
+
+
+def test_a_password_file_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "pw"
+    path.write_bytes(b"p\xe4ss\xff\n")
+    config = config_from_dict(base(mysql__password_file=str(path)))
+    with pytest.raises(ConfigError, match="is not UTF-8 text") as info:
+        mysql_password(config.mysql)
+    assert "\n" not in str(info.value) and "p\xe4ss" not in str(info.value)

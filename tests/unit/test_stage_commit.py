@@ -1,0 +1,281 @@
+"""The data source's commit on the driver, against real Delta tables (delta-rs on a
+local disk; no Spark, no MySQL): commit messages become exactly the batch's add
+actions, only the query run that took the WAL last stages (I6), the batch id
+agrees with the WAL and the follower (I7), a repeated commit stages nothing (I4),
+and at most ``wal.max_pending`` batches wait for MySQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from wal_sink.config import config_from_dict
+from wal_sink.errors import (
+    CheckpointResetError,
+    FencedError,
+    TerminalError,
+    TransientError,
+)
+from wal_sink.protocol import stage_commit
+from wal_sink.protocol.stage_commit import StageCommitter
+from wal_sink.storage import Storage
+from wal_sink.wal.applied_position import AppliedPosition
+from wal_sink.wal.log_tail import LogTail
+from wal_sink.wal.maintenance import vacuum
+from wal_sink.wal.reader import WalReader
+from wal_sink.wal.task_files import TaskFile, wal_schema, write_task_file
+from wal_sink.wal.writer import WalWriter
+from wal_sink.wal.writer_run import WriterRun
+
+SCHEMA = wal_schema(pa.schema([("k", pa.int64()), ("amount", pa.int64())]))
+
+
+def make_config(tmp_path, mysql: dict | None = None, **wal):
+    return config_from_dict(
+        {
+            "sink": {"id": "ds"},
+            "wal": {"path": str(tmp_path / "wal"), **wal},
+            "mysql": {
+                "url": "mysql+pymysql://u@h/db",
+                "table": "t",
+                "key": ["k"],
+                **(mysql or {}),
+            },
+        },
+        base_dir=tmp_path,
+    )
+
+
+@pytest.fixture(autouse=True)
+def fresh_writers():
+    """Each test opens its WALs anew (commit workers keep one writer per WAL)."""
+    stage_commit._writers.clear()
+
+
+def task_files(config, batch_id: int, partitions: int = 2, rows: int = 3):
+    files = []
+    for p in range(partitions):
+        ks = list(range(p * rows, (p + 1) * rows))
+        batch = pa.record_batch([pa.array(ks), pa.array([batch_id] * rows)], SCHEMA)
+        files.append(
+            write_task_file(
+                config.wal_path, Storage(), batch_id, "att", p, [batch], SCHEMA
+            )
+        )
+    return files
+
+
+def stage(config, run: WriterRun, batch_id: int, **kwargs):
+    return StageCommitter(config, run, "/cp").commit(
+        batch_id, task_files(config, batch_id, **kwargs), SCHEMA
+    )
+
+
+def test_commit_messages_become_exactly_the_batchs_add_actions(tmp_path):
+    config = make_config(tmp_path, max_pending=10)
+    tasks = task_files(config, 0, partitions=3)
+    outcome = StageCommitter(config, WriterRun("ds", "r1"), "/cp").commit(
+        0, list(reversed(tasks)), SCHEMA
+    )
+    assert (outcome.staged, outcome.rows, outcome.files) == (True, 9, 3)
+    table = DeltaTable(config.wal_path)
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    by_path = {a["path"]: a for a in actions}
+    for t in tasks:
+        a = by_path[t.file.path]
+        assert (a["size_bytes"], a["num_records"]) == (t.file.size, t.file.rows)
+        assert (a["min._wal_seq"], a["max._wal_seq"]) == (
+            t.file.min_seq,
+            t.file.max_seq,
+        )
+        assert a["partition._wal_batch_id"] == 0
+    assert table.transaction_version("ds") == 0
+    assert "_wal_seq" in [f.name for f in table.schema().fields]
+    batch = WalReader(config.wal_path).staged_batch(0)
+    rows = [
+        r
+        for chunk in WalReader(config.wal_path).read_batch(batch, 100)
+        for r in chunk.to_pylist()
+    ]
+    assert [r["k"] for r in rows] == list(range(9)), "files replayed in stage order"
+
+
+def test_a_repeated_commit_stages_nothing(tmp_path):
+    config = make_config(tmp_path, max_pending=10)
+    run = WriterRun("ds", "r1")
+    assert stage(config, run, 0).staged
+    again = stage(config, run, 0)
+    assert not again.staged
+    assert len(WalReader(config.wal_path).staged_batch(0).files) == 2, "first stands"
+
+
+def test_a_newer_run_fences_the_older_one(tmp_path):
+    config = make_config(tmp_path, max_pending=10)
+    old, new = WriterRun("ds", "old"), WriterRun("ds", "new")
+    stage(config, old, 0)
+    stage(config, old, 1)
+    stage(config, new, 2)  # takes the WAL
+    with pytest.raises(FencedError, match="writer epoch 1 of this query run"):
+        stage(config, old, 3)
+    with pytest.raises(FencedError):
+        stage(config, old, 2)  # even a batch the WAL holds: fenced first
+    table = DeltaTable(config.wal_path)
+    assert table.transaction_version("ds") == 2
+    assert table.transaction_version("ds:writer") == 2
+    stage(config, new, 3)
+    assert DeltaTable(config.wal_path).transaction_version("ds:run:new") == 2
+
+
+def test_a_run_taking_the_wal_during_a_commit_fences_it(tmp_path):
+    """The zombie read a snapshot where it still held the WAL; a newer run commits
+    before it does. Delta's conflict check on ``<sink>:writer`` refuses the
+    zombie's commit, and its re-check on a fresh snapshot fences it."""
+    config = make_config(tmp_path, max_pending=10)
+    old = WriterRun("ds", "old")
+    stage(config, old, 0)
+    files = task_files(config, 1)
+    new_files = task_files(config, 1)
+
+    class Raced(WriterRun):
+        raced = False
+
+        def transactions(self, table, batch_id=None):
+            claims = super().transactions(table, batch_id)
+            if not Raced.raced:  # after the zombie's check, before its commit
+                Raced.raced = True
+                WalWriter(config.wal_path, "ds").commit(
+                    1,
+                    [f.file for f in new_files],
+                    _file_schema(),
+                    WriterRun("ds", "new"),
+                )
+            return claims
+
+    zombie = WalWriter(config.wal_path, "ds")
+    with pytest.raises(FencedError):
+        zombie.commit(1, [f.file for f in files], _file_schema(), Raced("ds", "old"))
+    staged = WalReader(config.wal_path).staged_batch(1)
+    assert {f.uri.rsplit("/", 1)[1] for f in staged.files} == {
+        f.file.path.rsplit("/", 1)[1] for f in new_files
+    }
+
+
+def _file_schema():
+    from wal_sink.wal.task_files import file_schema
+
+    return file_schema(SCHEMA)
+
+
+def test_a_reset_checkpoint_is_refused(tmp_path):
+    config = make_config(tmp_path, max_pending=10)
+    run = WriterRun("ds", "r1")
+    for b in range(3):
+        stage(config, run, b)
+    with pytest.raises(CheckpointResetError, match="reset or replaced"):
+        stage(config, WriterRun("ds", "r2"), 0)  # a new checkpoint starts at 0
+    assert DeltaTable(config.wal_path).transaction_version("ds") == 2
+
+
+def test_batches_beyond_what_the_wal_and_follower_know_are_refused(tmp_path):
+    """The WAL was lost or pointed elsewhere while Spark's checkpoint went on:
+    batches between would never be applied (I7, the other way)."""
+    config = make_config(tmp_path, max_pending=10)
+    with pytest.raises(CheckpointResetError, match=r"batches 0\.\.4 would never"):
+        stage(config, WriterRun("ds", "r1"), 5)
+    assert not (tmp_path / "wal" / "_delta_log").exists()
+    AppliedPosition(config.wal_path).publish(4, 1)  # the follower knows 0..4 applied
+    assert stage(config, WriterRun("ds", "r1"), 5).staged
+
+
+def test_commit_waits_while_max_pending_batches_wait_for_mysql(tmp_path):
+    config = make_config(tmp_path, max_pending=2)
+    run = WriterRun("ds", "r1")
+    stage(config, run, 0)
+    stage(config, run, 1)
+    position = AppliedPosition(config.wal_path)
+    threading.Timer(0.6, position.publish, (0, 1)).start()
+    started = time.monotonic()
+    outcome = stage(config, run, 2)
+    assert outcome.staged and time.monotonic() - started >= 0.5
+    assert outcome.pending == 1 and outcome.waited_s >= 0.5
+
+
+def test_commit_fails_when_nothing_is_applied_for_the_outage_budget(tmp_path):
+    config = make_config(tmp_path, {"outage_budget": 0.3}, max_pending=1)
+    run = WriterRun("ds", "r1")
+    stage(config, run, 0)
+    with pytest.raises(TransientError, match="is `wal-sink follow` running"):
+        stage(config, run, 1)
+    assert DeltaTable(config.wal_path).transaction_version("ds") == 0
+
+
+def test_cdc_files_whose_order_ranges_overlap_are_refused(tmp_path):
+    config = make_config(tmp_path, max_pending=10)
+    schema = wal_schema(pa.schema([("k", pa.int64()), ("seq", pa.int64())]))
+
+    def task(p: int, seqs: list[int]) -> TaskFile:
+        b = pa.record_batch([pa.array(range(len(seqs))), pa.array(seqs)], schema)
+        return write_task_file(
+            config.wal_path, Storage(), 0, "a", p, [b], schema, "seq"
+        )
+
+    committer = StageCommitter(config, WriterRun("ds", "r"), "/cp")
+    with pytest.raises(TerminalError, match="repartitionByRange"):
+        committer.commit(0, [task(0, [1, 5]), task(1, [3, 9])], schema)
+    assert committer.commit(0, [task(0, [1, 5]), task(1, [5, 9])], schema).staged
+
+
+def test_log_tail_reads_stage_commits_as_the_reader_lists_them(tmp_path):
+    config = make_config(tmp_path, max_pending=10)
+    tail = LogTail(config.wal_path, Storage(), "ds", -1)
+    assert tail.poll() == []
+    run = WriterRun("ds", "r1")
+    for b in range(3):
+        stage(config, run, b)
+    from wal_sink.wal.maintenance import delete_batches
+
+    delete_batches(config.wal_path, Storage(), [0])
+    versions = tail.poll()
+    # version 0 creates the table with its owner, 4 purges batch 0
+    assert [v.version for v in versions] == [0, 1, 2, 3, 4]
+    assert [v.staged.batch_id if v.staged else None for v in versions] == [
+        None,
+        0,
+        1,
+        2,
+        None,
+    ]
+    reader = WalReader(config.wal_path)
+    for v in versions[2:4]:  # batches 1 and 2 (0 is purged)
+        listed = reader.staged_batch(v.staged.batch_id)
+        assert [(f.rows, f.size_bytes, f.min_seq) for f in v.staged.files] == [
+            (f.rows, f.size_bytes, f.min_seq) for f in listed.files
+        ]
+        assert all(
+            f.uri.endswith(g.uri.rsplit("/", 1)[1])
+            for f, g in zip(v.staged.files, listed.files)
+        )
+    assert tail.poll() == [] and tail.version == 4
+
+
+def test_vacuum_removes_a_failed_attempts_files_and_keeps_the_position(tmp_path):
+    """Files a task wrote for an attempt that never committed (an aborted batch, a
+    query that died) are never read, and ``purge --vacuum`` removes them."""
+    config = make_config(tmp_path, max_pending=10)
+    failed = task_files(config, 0)  # written, never committed
+    stage(config, WriterRun("ds", "r1"), 0)
+    AppliedPosition(config.wal_path).publish(0, 1)
+    staged = [
+        f.uri.split("/wal/", 1)[1]
+        for f in WalReader(config.wal_path).staged_batch(0).files
+    ]
+    assert not {f.file.path for f in failed} & set(staged)
+    result = vacuum(config.wal_path, Storage(), 0)
+    assert result.files == len(failed)
+    assert not any((tmp_path / "wal" / f.file.path).exists() for f in failed)
+    assert all((tmp_path / "wal" / path).exists() for path in staged)
+    assert AppliedPosition(config.wal_path).read() == 0

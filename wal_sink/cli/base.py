@@ -1,0 +1,65 @@
+"""What every ``wal-sink`` command shares: the consoles, the exit codes, one-line
+errors, and the sink instance its config describes."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+from rich.console import Console
+from sqlalchemy.exc import DBAPIError
+
+from wal_sink.config import Config, load_config
+from wal_sink.errors import ConfigError, WalSinkError
+from wal_sink.mysql.errors import mysql_error
+
+if TYPE_CHECKING:
+    from wal_sink.protocol.sink_instance import SinkInstance
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn expected failures into one line on stderr and the contract's exit code."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as e:
+            fail(str(e), EXIT_USAGE)
+        except WalSinkError as e:
+            fail(str(e), EXIT_FAILED)
+        except DBAPIError as e:
+            fail(str(mysql_error(e)), EXIT_FAILED)
+
+    return wrapper
+
+
+def fail(message: str, code: int) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def open_sink(ctx: click.Context) -> Iterator[SinkInstance]:
+    """The sink of the config the command was given (``-c``)."""
+    # Imported here: delta-rs and pyarrow are not needed for --help or usage errors.
+    from wal_sink.protocol.sink_instance import SinkInstance
+
+    if ctx.obj is None:
+        raise click.UsageError("give the sink's config: -c FILE (or WAL_SINK_CONFIG)")
+    config: Config = load_config(ctx.obj)
+    instance = SinkInstance(config)
+    try:
+        yield instance
+    finally:
+        instance.close()

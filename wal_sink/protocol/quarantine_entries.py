@@ -1,0 +1,166 @@
+"""The quarantine as an operator sees it: each entry with what it is (a row a retry
+can apply, or a record that cannot be applied as it is) and where it stands (open,
+retried, failed again), from the quarantine table (delta-rs) and the retry table
+(MySQL).
+
+An entry is open until a retry applied it: it has no retry row, or one saying it
+failed again. Counting is cheap: the quarantine table's entries come from its Delta
+log's file statistics, the retried and failed ones from a count of retry rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from wal_sink.config import Config
+from wal_sink.mysql.acks import AckTable
+from wal_sink.mysql.retry_state import FAILED, RETRIED, RetryState, RetryStates
+from wal_sink.mysql.row_screen import record_is_partial
+from wal_sink.wal.quarantine import Quarantine, StoredEntry
+
+OPEN = "open"
+ROW = "row"
+"""A row a retry applies."""
+RAW_TEXT = "raw_text"
+"""A record Spark could not parse: raw text, no row."""
+PARTIAL_ROW = "partial_row"
+"""A row whose record holds less than the row (values cut, bytes shown in hex)."""
+ROW_WITHOUT_OP = "row_without_op"
+"""A CDC row set aside before 0.4 without its op column: delete or upsert unknown."""
+SUPERSEDED = "superseded"
+"""A row of a batch applied again since (``replay --force``), which applied it, or
+set it aside anew, itself: retrying this entry too would apply it twice."""
+WHY_NOT = {
+    RAW_TEXT: "raw text Spark could not parse: no row to apply; `wal-sink "
+    "quarantine export` writes it for fixing and landing again",
+    PARTIAL_ROW: "its record holds less than the row (values cut, or bytes shown in "
+    "hex); the whole row is in the WAL until its batch is purged (`wal-sink "
+    "inspect N`)",
+    ROW_WITHOUT_OP: "set aside without its op column (wal_sink 0.3 or earlier), so "
+    "whether it deletes is unknown; `wal-sink quarantine export` writes it",
+    SUPERSEDED: "its batch was applied again since (`replay --force`), which "
+    "applied the row or set it aside anew: retrying it would apply it twice",
+}
+"""Why an entry of each kind but ROW is not retried."""
+
+
+@dataclass(frozen=True)
+class ListedEntry:
+    entry: StoredEntry
+    kind: str
+    """ROW, RAW_TEXT, PARTIAL_ROW or ROW_WITHOUT_OP."""
+    retry: RetryState | None
+    """What a retry recorded of it, if any."""
+
+    @property
+    def state(self) -> str:
+        """OPEN, RETRIED or FAILED (failed again: still open)."""
+        return OPEN if self.retry is None else self.retry.state
+
+    @property
+    def is_open(self) -> bool:
+        return self.state != RETRIED
+
+    @property
+    def reason(self) -> str:
+        """Why it is set aside now: the new reason of a failed retry, or the first."""
+        if self.retry is not None and self.retry.state == FAILED:
+            return self.retry.reason or self.entry.reason
+        return self.entry.reason
+
+    @property
+    def when(self) -> datetime:
+        """When it was set aside, or last retried."""
+        return self.retry.at if self.retry is not None else self.entry.recorded_at
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.entry
+        return {
+            "entry_id": e.entry_id,
+            "batch_id": e.batch_id,
+            "kind": self.kind,
+            "state": self.state,
+            "reason": self.reason,
+            "first_reason": e.reason,
+            "recorded_at": e.recorded_at.isoformat(),
+            "retried_at": self.retry.at.isoformat() if self.retry else None,
+            "apply_id": e.apply_id,
+            "record": json.loads(e.record),
+        }
+
+
+@dataclass(frozen=True)
+class QuarantineCounts:
+    entries: int
+    retried: int
+    """Applied by a retry (resolved)."""
+    failed: int
+    """Tried by a retry and refused again (still open)."""
+
+    @property
+    def open(self) -> int:
+        # A crash in a purge between the quarantine and the retry rows can leave
+        # retry rows of removed entries for a while (the next purge drops them).
+        return max(0, self.entries - self.retried)
+
+
+def kind_of(entry: StoredEntry, config: Config, acked_by: dict[int, str | None]) -> str:
+    """What the entry is; ``acked_by`` maps batches to the apply their ack row
+    names (a batch whose ack row was purged is not in it)."""
+    if entry.from_parse_errors:
+        return RAW_TEXT
+    applied_by = acked_by.get(entry.batch_id)
+    if entry.apply_id is not None and applied_by not in (None, entry.apply_id):
+        return SUPERSEDED
+    if record_is_partial(entry.reason):
+        return PARTIAL_ROW
+    if config.cdc is not None and config.cdc.op_column not in json.loads(entry.record):
+        return ROW_WITHOUT_OP
+    return ROW
+
+
+def list_entries(
+    config: Config,
+    engine: Engine,
+    quarantine: Quarantine,
+    states: RetryStates,
+    acks: AckTable,
+    *,
+    batch_id: int | None = None,
+    reason: str | None = None,
+) -> list[ListedEntry]:
+    """The sink's entries (of one batch, whose reason holds ``reason`` in any case)
+    in batch order, then in the order they were set aside, with their retry rows
+    (a plain read: for showing and planning, not for deciding)."""
+    entries = quarantine.entries(batch_id)
+    with engine.connect() as conn:
+        found = states.of(conn, [e.entry_id for e in entries])
+        batches = [e.batch_id for e in entries if e.apply_id is not None]
+        acked_by = acks.apply_ids(conn, min(batches), max(batches)) if batches else {}
+    listed = [
+        ListedEntry(e, kind_of(e, config, acked_by), found.get(e.entry_id))
+        for e in entries
+    ]
+    if reason is not None:
+        wanted = reason.casefold()
+        listed = [
+            e
+            for e in listed
+            if wanted in e.entry.reason.casefold() or wanted in e.reason.casefold()
+        ]
+    return listed
+
+
+def quarantine_counts(
+    engine: Engine, quarantine: Quarantine, states: RetryStates
+) -> QuarantineCounts:
+    """How many entries there are, retried and failed again: no data file read."""
+    entries = quarantine.count()
+    with engine.connect() as conn:
+        counts = states.counts(conn)
+    return QuarantineCounts(entries, counts.retried, counts.failed)

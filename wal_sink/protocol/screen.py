@@ -1,0 +1,82 @@
+"""A chunk's rows MySQL cannot be sent, set aside before anything is sent, so that no
+row can block its batch at every start (mysql/row_screen.py says why each would).
+
+Struct, list and map columns become JSON text first (refused at the first chunk
+unless their target column is JSON or text); then rows holding text that is not
+UTF-8, and rows whose statement would exceed the server's ``max_allowed_packet``,
+go to the quarantine with their reason. The rest keep their staged order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlalchemy import Table
+
+from wal_sink.config import Config
+from wal_sink.mysql.row_screen import (
+    RECORD_CUT,
+    as_json_text,
+    check_json_targets,
+    invalid_utf8,
+    nested_columns,
+    oversized,
+    row_record,
+)
+from wal_sink.wal.quarantine import Entry
+
+
+@dataclass(frozen=True)
+class Screened:
+    chunk: pa.RecordBatch
+    """The rows to send, nested columns as JSON text."""
+    set_aside: list[Entry]
+    read: int
+    """Rows the chunk had before screening, for progress."""
+
+
+class Screen:
+    """Screens the chunks of one sink's batches against one server."""
+
+    def __init__(self, config: Config, target: Table, max_packet: int) -> None:
+        self.config = config
+        self.target = target
+        self.max_packet = max_packet
+
+    def __call__(self, chunk: pa.RecordBatch) -> Screened:
+        read = chunk.num_rows
+        reasons: dict[int, str] = {}
+        nested = nested_columns(chunk.schema)
+        if nested:
+            check_json_targets(self.target, nested)
+            chunk, reasons = as_json_text(chunk)
+        for i, reason in invalid_utf8(chunk).items():
+            reasons.setdefault(i, reason)
+        too_big = oversized(
+            chunk, self.config.mysql.key, self.max_packet, self._deletes(chunk)
+        )
+        cut = {i for i in too_big if i not in reasons}
+        for i in cut:
+            reasons[i] = too_big[i]
+        if not reasons:
+            return Screened(chunk, [], read)
+        set_aside = [
+            Entry(row_record(chunk, i, RECORD_CUT if i in cut else None), reasons[i])
+            for i in sorted(reasons)
+        ]
+        keep = pa.array([i not in reasons for i in range(chunk.num_rows)])
+        return Screened(chunk.filter(keep), set_aside, read)
+
+    def _deletes(self, chunk: pa.RecordBatch) -> pa.Array | None:
+        """CDC rows that delete (and so send their key only), if any."""
+        cdc = self.config.cdc
+        if cdc is None:
+            return None
+        try:
+            return pc.is_in(
+                chunk.column(cdc.op_column), value_set=pa.array(cdc.delete_values)
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return None  # an op column of another type: counted as upserts

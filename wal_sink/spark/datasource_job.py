@@ -1,0 +1,132 @@
+"""The job with ``job.writer = "datasource"``: its query stages through
+``format("wal_sink")`` and a follower child process (follower_child.py) applies
+staged batches to MySQL, as the foreachBatch path's committer thread does.
+
+Each attempt starts a follower, which takes the lease and recovers unacked batches
+while the query starts (the data source's backpressure holds the query back until
+the follower has caught up). SIGTERM stops the query and tells the follower to
+apply what is staged within ``job.stop_timeout``; a second SIGTERM tells it to stop
+at once; ``--available-now`` lets it apply everything staged. A follower that exits
+stops the job like a committer failure: a configuration error (2) or a terminal
+one (3) at once, a spent outage budget (1) through the restart strategy. Errors
+the data source raised in the query (fenced, a reset checkpoint) are found in the
+query's failure and are terminal too.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from wal_sink import errors
+from wal_sink.config import Config
+from wal_sink.errors import ConfigError, TerminalError, WalSinkError
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.spark.datasource import NAME
+from wal_sink.spark.follower_child import (
+    EXIT_CONFIG,
+    EXIT_STOPPED,
+    EXIT_TERMINAL,
+    FollowerChild,
+)
+from wal_sink.spark.sink import check_stream
+from wal_sink.spark.stop import GracefulStop
+
+log = logging.getLogger("wal_sink.job")
+
+SINK_ERROR = re.compile(r"wal_sink\.errors\.(\w+): (.+)")
+CLOSE_SECONDS = 30.0
+
+
+class FollowerFailed(WalSinkError):
+    """The follower exited on a failure a restart may cure (its line is above)."""
+
+
+class DataSourcePath:
+    def __init__(self, config: Config, config_path: str, stop: GracefulStop) -> None:
+        self.config = config
+        self.stop = stop
+        self.config_path = str(Path(config_path).resolve())
+        self.follower: FollowerChild | None = None
+
+    def start(self, spark: SparkSession, frame: DataFrame) -> None:
+        instance = SinkInstance(self.config)  # no lease: the follower takes it
+        try:
+            check_stream(instance, frame.schema)
+        finally:
+            instance.close()
+        self.follower = FollowerChild(self.config_path)
+
+    def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
+        return writer.format(NAME).option("config", self.config_path)
+
+    def check(self) -> None:
+        code = self.follower.poll()
+        if code is not None:
+            raise _exit_error(code)
+
+    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
+        """Let the trigger in progress end (for up to ``job.stop_timeout``, or
+        until a second SIGTERM), so the queries stop between batches: stopping one
+        mid-batch interrupts Spark's tasks and Python workers, and the batch is
+        run again at the next start (nothing is lost, but work is)."""
+        deadline = time.monotonic() + self.config.job.stop_timeout
+        while any(q.isActive and q.status["isTriggerActive"] for q in queries):
+            if self.stop.now.is_set() or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+
+    def finish(self, stop: GracefulStop) -> int:
+        """The query ended: the follower applies what is staged — all of it when
+        draining, for up to ``job.stop_timeout`` on SIGTERM (the follower keeps
+        the time), nothing more after a second SIGTERM — and exits."""
+        follower = self.follower
+        follower.command("stop" if stop.requested else "drain")
+        while (code := follower.wait(0.25)) is None:
+            if stop.requested and "stop" not in follower.sent:
+                follower.command("stop")  # SIGTERM while draining
+            if stop.now.is_set() and "now" not in follower.sent:
+                follower.command("now")
+        if code != EXIT_STOPPED:
+            raise _exit_error(code)
+        log.info("query finished: %s", "stopped" if stop.requested else "drained")
+        return EXIT_STOPPED
+
+    def cause(self, error: BaseException) -> BaseException:
+        """The data source's own error, when the query failed on one: its class
+        and line are in the Python traceback the query's failure carries."""
+        found = SINK_ERROR.findall(str(error))
+        if found:
+            name, line = found[-1]
+            kind = getattr(errors, name, None)
+            if isinstance(kind, type) and issubclass(kind, WalSinkError):
+                return kind(line.strip())
+        return error
+
+    def close(self) -> None:
+        """A follower still running (the query failed, or the job is leaving) is
+        told to stop now; what it has not applied stays staged."""
+        follower = self.follower
+        if follower is None or follower.poll() is not None:
+            return
+        follower.command("now")
+        started = time.monotonic()
+        if follower.wait(CLOSE_SECONDS) is None:
+            log.warning(
+                "the follower did not stop within %.0fs of being told; killed",
+                time.monotonic() - started,
+            )
+            follower.kill()
+
+
+def _exit_error(code: int) -> WalSinkError:
+    if code == EXIT_CONFIG:
+        return ConfigError("the follower stopped on a configuration error (above)")
+    if code == EXIT_TERMINAL:
+        return TerminalError("the follower stopped on the error above")
+    return FollowerFailed(f"the follower exited with code {code}")
