@@ -1,7 +1,7 @@
 """The wal-sink CLI as users run it: a real process, against a real WAL and MariaDB.
 
 Exit codes are checked on every call (and status repeatedly): a pyarrow/delta-rs
-abort at interpreter exit must not turn success into 134 (DESIGN.md §5).
+abort at interpreter exit must not turn success into 134 (docs/stack.md).
 """
 
 from __future__ import annotations

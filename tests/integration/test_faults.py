@@ -1,4 +1,4 @@
-"""Faults and bad input against the real MariaDB (DESIGN.md §3): each test ends with
+"""Faults and bad input against the real MariaDB (docs/failures.md): each test ends with
 MySQL exact and the quarantine holding exactly the bad rows."""
 
 from __future__ import annotations

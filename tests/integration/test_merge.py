@@ -1,4 +1,4 @@
-"""Merge semantics (DESIGN.md §2): overwrite / add / keep, the version guard, CDC."""
+"""Merge semantics (docs/merge.md): overwrite / add / keep, the version guard, CDC."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which MySQL errors a retry of the whole batch transaction can cure (DESIGN.md §3)."""
+"""Which MySQL errors a retry of the whole batch transaction can cure (docs/failures.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from wal_sink.errors import TerminalError, TransientError, WalSinkError, first_l
 # server gone away, lost connection, read-only (failover), read-only (super_read_only)
 TRANSIENT_CODES = frozenset({1213, 1205, 1020, 2003, 1040, 2006, 2013, 1290, 1836})
 DUPLICATE_KEY = 1062
-# Errors about one row's values: isolate the row and quarantine it (DESIGN.md §3).
+# Errors about one row's values: isolate the row and quarantine it (docs/failures.md).
 # null into NOT NULL, duplicate on another unique key, out of range, data truncated
 # (a bad ENUM or SET value, a number with trailing text), bad datetime, no default,
 # bad value, too long, a computed value out of range (an `add` column past BIGINT),

@@ -1,5 +1,5 @@
 """Checks run before the first batch, so a wrong table or server setting is one clear
-line at start instead of a failure in the middle of a stream (DESIGN.md §3)."""
+line at start instead of a failure in the middle of a stream (docs/failures.md)."""
 
 from __future__ import annotations
 

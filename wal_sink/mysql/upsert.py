@@ -1,4 +1,4 @@
-"""SQL for the merge semantics (DESIGN.md §2): overwrite, add, keep, the version
+"""SQL for the merge semantics (docs/merge.md): overwrite, add, keep, the version
 guard, the guard against reaching another row, and CDC deletes.
 
 Statements are SQLAlchemy Core objects executed with bound parameters, so identifiers

@@ -1,5 +1,5 @@
 """Applying one staged batch's rows inside the open batch transaction (Step 3 of
-the commit, DESIGN.md §2), in staged order and in bounded chunks.
+the commit, docs/protocol.md), in staged order and in bounded chunks.
 
 A chunk goes as multi-row INSERTs rendered in Arrow (or through LOAD DATA with
 ``mysql.local_infile``); one that cannot be rendered exactly, or that MySQL rejects,

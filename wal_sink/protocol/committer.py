@@ -1,7 +1,7 @@
 """Step 3 of the protocol: apply staged batches to MySQL, each with its ack row, in
 one transaction per group of consecutive batches.
 
-The transaction, in order (DESIGN.md §2):
+The transaction, in order (docs/protocol.md):
 
 1. Lock this sink's lease row and check the epoch (fencing, I6).
 2. Read the group's ack rows with a locking read: a batch with an ack is applied

@@ -1,4 +1,4 @@
-"""The committer behind Spark (DESIGN.md §2, step 3): a thread in the driver applies
+"""The committer behind Spark (docs/protocol.md, step 3): a thread in the driver applies
 staged batches to MySQL strictly in batch order while Spark computes and stages the
 next ones.
 

@@ -1,5 +1,5 @@
 """Retrying what time may cure — MySQL down or failing over, a deadlock, a busy
-object store — for an outage budget (DESIGN.md §2, §3).
+object store — for an outage budget (docs/failures.md).
 
 The whole unit of work is retried (a batch transaction, the start-up), never single
 statements, with capped exponential backoff and jitter, until ``mysql.outage_budget``

@@ -1,4 +1,4 @@
-"""Stopping the job on SIGTERM (DESIGN.md §2, on stop).
+"""Stopping the job on SIGTERM (docs/protocol.md, on stop).
 
 The first SIGTERM stops taking batches after the one in progress and lets the
 committer apply what is staged, for up to ``job.stop_timeout``; a second SIGTERM

@@ -7,7 +7,7 @@ that order and files of one batch cover disjoint ``_wal_seq`` ranges, so reading
 files by their minimum ``_wal_seq`` replays a batch in its staged order (I4).
 
 Files are streamed with ``ParquetFile.iter_batches`` in bounded chunks, never loaded
-whole (see DESIGN.md §5 on pyarrow scans aborting at exit).
+whole (docs/stack.md: pyarrow scans abort at exit).
 """
 
 from __future__ import annotations
