@@ -1,5 +1,6 @@
 """The ack table's SQL, in one place: one row per applied batch, written in that
-batch's own transaction (docs/protocol.md), so "applied" and "acknowledged" are one fact.
+batch's own transaction (docs/protocol.md), so "applied" and "acknowledged" are one
+fact.
 
 Readers never load every ack ever written: they ask for the id range that matters
 (the WAL's staged batches) or for aggregates. Deciding that a batch is already applied

@@ -1,4 +1,5 @@
-"""Which MySQL errors a retry of the whole batch transaction can cure (docs/failures.md)."""
+"""Which MySQL errors a retry of the whole batch transaction can cure
+(docs/failures.md)."""
 
 from __future__ import annotations
 

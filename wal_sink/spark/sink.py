@@ -7,8 +7,8 @@
         query.awaitTermination()
     # leaving the block applies what is staged, then closes
 
-Per batch (docs/protocol.md): stage to the WAL (Step 1: executors write Parquet, delta-rs
-commits it) and return, so Spark records the batch (Step 2); a committer thread
+Per batch (docs/protocol.md): stage to the WAL (Step 1: executors write Parquet,
+delta-rs commits it) and return, so Spark records the batch (Step 2); a committer thread
 applies staged batches to MySQL behind Spark, in batch order, each with its ack row
 (Step 3). On start the lease is taken (epoch + 1) and staged batches without an ack
 are applied first.

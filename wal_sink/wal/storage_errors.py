@@ -1,4 +1,5 @@
-"""Which storage errors a retry can cure (docs/failures.md), like mysql_errors for MySQL.
+"""Which storage errors a retry can cure (docs/failures.md), like mysql_errors for
+MySQL.
 
 delta-rs, pyarrow and the OS raise many kinds of errors; what matters to the sink is
 whether retrying the batch may help (a timeout, a dropped connection, a throttled or
