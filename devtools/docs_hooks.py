@@ -13,12 +13,18 @@ from typing import Any
 from wal_sink.config import config_schema
 
 MARKER = "<!-- config-reference -->"
+# The config's Seconds type: a number of seconds, or text such as "10 seconds" (the
+# page says so once, above the tables).
+DURATION = "duration"
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
     if MARKER not in markdown:
         return markdown
-    return markdown.replace(MARKER, config_reference(config_schema()))
+    reference = config_reference(config_schema())
+    # A block of its own, so the page's CSS can keep key names from wrapping.
+    block = f'<div class="config-reference" markdown="1">\n\n{reference}\n\n</div>'
+    return markdown.replace(MARKER, block)
 
 
 def config_reference(schema: dict[str, Any]) -> str:
@@ -63,7 +69,7 @@ def _section(
         default = (
             "required"
             if key in section.get("required", [])
-            else _default(field.get("default"))
+            else _default(field.get("default"), seconds=kind == DURATION)
         )
         lines.append(
             f"| `{key}` | {kind} | {default} | {_clean(field.get('description', ''))} |"
@@ -85,7 +91,7 @@ def _type(field: dict[str, Any], defs: dict[str, Any]) -> str:
     if "anyOf" in field:
         kinds = [_type(o, defs) for o in field["anyOf"] if o.get("type") != "null"]
         if set(kinds) == {"number", "string"}:  # the config's Seconds type
-            return 'duration (seconds, or text such as `"10 seconds"`)'
+            return DURATION
         return " or ".join(dict.fromkeys(kinds))
     if "enum" in field:
         return " \\| ".join(f'`"{v}"`' for v in field["enum"])
@@ -104,11 +110,13 @@ def _type(field: dict[str, Any], defs: dict[str, Any]) -> str:
     )
 
 
-def _default(value: Any) -> str:
+def _default(value: Any, *, seconds: bool = False) -> str:
     if value is None:
         return "—"
     if value in ({}, []):
         return "empty"
+    if seconds and isinstance(value, (int, float)):
+        return f"`{value:g}` s"
     return f"`{json.dumps(value)}`"
 
 
