@@ -16,6 +16,7 @@ MARKER = "<!-- config-reference -->"
 # The config's Seconds type: a number of seconds, or text such as "10 seconds" (the
 # page says so once, above the tables).
 DURATION = "duration"
+UNSET = "Sentinel.UNSET"
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
@@ -27,12 +28,18 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
     return markdown.replace(MARKER, block)
 
 
+def on_page_content(html: str, **_: Any) -> str:
+    """mkdocs-click 0.9 prints click 8.3's "no default" sentinel as text in the CLI
+    reference's default column; the reference shows a dash there instead."""
+    return html.replace(f"<code>{UNSET}</code>", "—")
+
+
 def config_reference(schema: dict[str, Any]) -> str:
     """One table per config section, in the order the schema declares them."""
     defs = schema["$defs"]
     parts = []
     for name, prop in schema["properties"].items():
-        section = _target(prop, defs)
+        section = target_schema(prop, defs)
         required = name in schema.get("required", [])
         parts.append(_section(f"[{name}]", section, defs, required, prop))
     return "\n\n".join(parts)
@@ -57,7 +64,7 @@ def _section(
     ]
     nested = []
     for key, field in section.get("properties", {}).items():
-        target = _target(field, defs)
+        target = target_schema(field, defs)
         if target.get("type") == "object" and "properties" in target:
             sub = f"{title[:-1]}.{key}]"
             nested.append(
@@ -77,13 +84,13 @@ def _section(
     return "\n".join([*lines, "", *nested])
 
 
-def _target(field: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+def target_schema(field: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """The schema a field stands for, through ``$ref`` and ``X | None``."""
     if "$ref" in field:
         return defs[field["$ref"].rsplit("/", 1)[1]]
     for option in field.get("anyOf", []):
         if option.get("type") != "null":
-            return _target(option, defs)
+            return target_schema(option, defs)
     return field
 
 

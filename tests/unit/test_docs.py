@@ -8,6 +8,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from devtools.docs_hooks import config_reference, target_schema
+from wal_sink.config import config_schema
+
 ROOT = Path(__file__).resolve().parents[2]
 CITED = re.compile(r"`((?:tests/\w+/)?(test_\w+)\.py)(?:::(test_\w+))?`|`(test_\w+)`")
 TEST_DEF = re.compile(r"^\s*(?:async\s+)?def (test_\w+)\(", re.MULTILINE)
@@ -58,3 +61,30 @@ def test_a_citation_of_a_missing_test_is_found():
         "test_b.py",
         "test_two",
     ]
+
+
+def schema_keys(schema: dict, defs: dict, prefix: str = "") -> set[str]:
+    """Every key of the config, dotted (``mysql.url``), nested sections included."""
+    keys = set()
+    for name, field in schema.get("properties", {}).items():
+        keys.add(f"{prefix}{name}")
+        target = target_schema(field, defs)
+        if target.get("type") == "object" and "properties" in target:
+            keys |= schema_keys(target, defs, f"{prefix}{name}.")
+    return keys
+
+
+def test_the_configuration_reference_lists_every_key_of_the_schema():
+    schema = config_schema()
+    rows = set()
+    section = ""
+    for line in config_reference(schema).splitlines():
+        if line.startswith("### `["):
+            section = line[len("### `[") : -len("]`")]
+        elif line.startswith("| `"):
+            rows.add(f"{section}.{line.split('`')[1]}")
+    sections = set(schema["properties"])
+    expected = {k for k in schema_keys(schema, schema["$defs"]) if k not in sections}
+    assert expected <= rows, f"keys missing from the reference: {expected - rows}"
+    nested = {"mysql.outage_budget", "job.restart.strategy", "transform.watermark.expr"}
+    assert nested <= rows
