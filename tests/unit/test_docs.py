@@ -1,7 +1,11 @@
-"""The documentation names tests that exist: every test file and test function the
-README or a page of docs/ cites (``test_x.py``, ``test_x.py::test_y`` or a bare
-``test_y`` in backticks) is in tests/, so a renamed or removed test cannot leave a
-claim behind that nothing proves any more."""
+"""The documentation holds to the code.
+
+- Every test file and test function the README or a page of docs/ cites
+  (``test_x.py``, ``test_x.py::test_y`` or a bare ``test_y`` in backticks) is in
+  tests/, so a renamed or removed test cannot leave a claim behind that nothing
+  proves any more.
+- The configuration reference the site generates lists every key of the schema.
+"""
 
 from __future__ import annotations
 
