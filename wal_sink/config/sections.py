@@ -1,7 +1,8 @@
 """The sections of the TOML contract (docs/configuration.md) as frozen pydantic
 dataclasses: each field's type, default and one-line docstring are written once;
-validation, the JSON Schema and the README's key table follow from them. Relative
-paths are resolved here, once, against the base directory the loader passes in."""
+validation, the JSON Schema and the generated configuration reference follow from
+them. Relative paths are resolved here, once, against the base directory the loader
+passes in."""
 
 from __future__ import annotations
 
