@@ -30,6 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import pyarrow as pa
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -40,15 +41,34 @@ from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql.acks import Ack, AckTable
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.lease import check as check_lease
-from wal_sink.mysql.row_screen import row_record
+from wal_sink.mysql.row_screen import CUT, RECORD_CUT, row_record
 from wal_sink.mysql.tables import APPLIED, QUARANTINED, sink_tables
 from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
 from wal_sink.protocol.outbox import Outbox
 from wal_sink.protocol.retry import OutageBudget
-from wal_sink.wal.quarantine import Entry, Quarantine
+from wal_sink.wal.quarantine import Entry, Quarantine, record_json
 from wal_sink.wal.reader import BatchState, StagedBatch, WalReader
 
 log = logging.getLogger(__name__)
+
+
+# A record of a batch set aside whole longer than this is cut: its outbox row has
+# to fit in a statement the server takes (preflight holds max_allowed_packet to at
+# least 1 MiB), or the set-aside would fail at every attempt.
+WHOLE_RECORD_BYTES = 512_000
+
+
+def _whole(chunk: pa.RecordBatch, index: int, reason: str) -> Entry:
+    """Row ``index`` of a batch set aside whole, as its quarantine entry."""
+    record = row_record(chunk, index)
+    size = len(record_json(record).encode())
+    if size <= WHOLE_RECORD_BYTES:
+        return Entry(record, reason)
+    return Entry(
+        row_record(chunk, index, RECORD_CUT),
+        f"{reason}; the record would take {size} bytes: {CUT}, and the whole row "
+        "stays in the WAL until its batch is purged (wal-sink inspect)",
+    )
 
 
 @dataclass(frozen=True)
@@ -276,9 +296,7 @@ class Committer:
         )
         put = 0
         for chunk in self.wal.read_batch(batch, self.config.wal.chunk_rows):
-            entries = [
-                Entry(row_record(chunk, i), reason) for i in range(chunk.num_rows)
-            ]
+            entries = [_whole(chunk, i, reason) for i in range(chunk.num_rows)]
             self.outbox.put(conn, apply_id, batch.batch_id, entries)
             put += len(entries)
         return put
