@@ -266,10 +266,24 @@ def test_inspect_shows_rows_and_refuses_unknown_batch(wal_state):
     )
 
 
-def test_init_db_is_idempotent(wal_state):
+def test_init_db_is_idempotent(wal_state, db):
+    """A second init-db (and a third) leaves the sink's tables and their rows as
+    they were: the acks that say what is applied survive it."""
+
+    def sink_rows():
+        return (
+            db.rows("SELECT batch_id, row_count, apply_id, state FROM wal_sink_ack"),
+            db.rows("SELECT sink_id, epoch, holder FROM wal_sink_lease"),
+        )
+
+    before = sink_rows()
+    assert [r[:2] for r in before[0]] == [(0, 4), (2, 4)] and len(before[1]) == 1
     for _ in range(2):
         r = cli(wal_state, "init-db")
         assert r.returncode == 0, r.stderr
+        assert sink_rows() == before
+    st = json.loads(cli(wal_state, "status", "--json").stdout)
+    assert (st["acked_batches"], st["unacked"]) == (2, [1])
 
 
 def test_config_and_environment_errors_are_one_line(db, tmp_path, mariadb):
