@@ -111,7 +111,7 @@ def test_job_killed_while_staging_to_s3_lands_exactly_once(db, s3, bucket, tmp_p
     log = tmp_path / "job.log"
     survive_kills_then_drain(config, log, lambda: arrive(landing, expected, 50, 0.5))
     assert job_totals(db, "s3_totals") == expected
-    staged = WalReader(wal, storage(s3)).staged_batches()
+    staged = WalReader(wal, storage=storage(s3)).staged_batches()
     assert staged and set(staged) <= set(acked_ids(db))
     assert acked_ids(db) == list(range(len(acked_ids(db)))), "each batch once, in order"
     text = log.read_text()
@@ -205,7 +205,7 @@ def test_purge_while_the_job_stages_on_s3_keeps_every_unacked_batch(
     assert removed > 0, purges
     # Purge drops the ack rows of purged batches, all but the newest.
     acked = acked_ids(db)
-    reader = WalReader(wal, storage(s3))
+    reader = WalReader(wal, storage=storage(s3))
     staged = reader.staged_batches()
     assert set(staged) <= set(acked), "whatever is still staged is applied"
     assert acked[-1] == reader.last_staged("s3purge"), "up to the last staged batch"

@@ -45,8 +45,9 @@ from wal_sink.mysql.tables import APPLIED, QUARANTINED, sink_tables
 from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
 from wal_sink.protocol.outbox import Outbox
 from wal_sink.protocol.retry import OutageBudget
+from wal_sink.wal.model import BatchState, StagedBatch
 from wal_sink.wal.quarantine import Entry, Quarantine
-from wal_sink.wal.reader import BatchState, StagedBatch, WalReader
+from wal_sink.wal.reader import WalReader
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from sqlalchemy import Connection
 from wal_sink.errors import CheckpointResetError
 from wal_sink.mysql.acks import AckTable
 from wal_sink.protocol.committer import CommitResult, Committer
-from wal_sink.wal.reader import BatchState, StagedBatch, WalReader
+from wal_sink.wal.model import BatchState, StagedBatch
+from wal_sink.wal.reader import WalReader
 
 log = logging.getLogger(__name__)
 

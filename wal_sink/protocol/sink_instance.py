@@ -61,7 +61,7 @@ class SinkInstance:
         self.config = config
         self.metrics = metrics or SinkMetrics(config.sink.id)
         self._engine = engine
-        self.wal = WalReader(config.wal_path, config.storage, config.sink.id)
+        self.wal = WalReader(config.wal_path, config.sink.id, config.storage)
         self.writer = WalWriter(config.wal_path, config.sink.id, config.storage)
         self.quarantine = Quarantine(
             config.quarantine_path, config.sink.id, storage=config.storage

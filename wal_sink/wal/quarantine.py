@@ -31,8 +31,8 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from wal_sink.errors import TransientError
 from wal_sink.storage import Storage
+from wal_sink.wal.format import delta_table, open_parquet
 from wal_sink.wal.ownership import QUARANTINE, check_owner, owned_configuration
-from wal_sink.wal.reader import delta_table, open_parquet
 from wal_sink.wal.storage_errors import storage_error
 
 SCHEMA = pa.schema(

@@ -33,8 +33,8 @@ from deltalake.transaction import AddAction
 
 from wal_sink.errors import TerminalError, TransientError
 from wal_sink.storage import Storage
+from wal_sink.wal.format import BATCH_COLUMN, SEQ_COLUMN, delta_table
 from wal_sink.wal.ownership import WAL, check_owner, owned_configuration
-from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN, delta_table
 from wal_sink.wal.storage_errors import storage_error
 from wal_sink.wal.writer_run import WriterRun
 
