@@ -9,6 +9,16 @@ import threading
 
 import pymysql
 import pytest
+from deltalake.exceptions import (
+    DeltaProtocolError,
+    SchemaMismatchError,
+    TableNotFoundError,
+)
+from obstore.exceptions import (
+    NotFoundError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+)
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from wal_sink.config import MysqlConfig
@@ -119,6 +129,23 @@ def test_storage_errors_are_transient_or_terminal(error, transient):
     wrapped = storage_error(error, "/wal", sink_id="s", batch_id=2)
     assert isinstance(wrapped, TransientError if transient else TerminalError)
     assert wrapped.batch_id == 2 and "\n" not in str(wrapped)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TableNotFoundError("no log files; connection reset"),
+        DeltaProtocolError("unsupported reader feature; try again, timed out"),
+        SchemaMismatchError("cannot cast; 503"),
+        NotFoundError("Object at location wal/x: error sending request"),
+        PermissionDeniedError("Access Denied: 503 Slow Down"),
+        UnauthenticatedError("expired token; temporarily unavailable"),
+    ],
+)
+def test_a_storage_errors_class_decides_before_its_text(error):
+    """Errors whose class says a retry cannot help stop the sink, whatever words
+    of a passing outage their message holds."""
+    assert isinstance(storage_error(error, "/wal"), TerminalError)
 
 
 def test_outage_budget_backs_off_then_gives_up():

@@ -30,6 +30,17 @@ def delta_table(
     )
 
 
+def table_exists(location: str, storage: Storage) -> bool:
+    """Whether a Delta table is at ``location`` now: after a failed creation, tells
+    a race lost to another creator (delta-rs says so only in its message) from a
+    real failure. False too when the location cannot be read."""
+    try:
+        delta_table(location, storage)
+    except Exception:
+        return False
+    return True
+
+
 def open_parquet(uri: str, storage: Storage) -> pq.ParquetFile:
     """One Parquet file of a table, opened for streaming reads."""
     filesystem, path = storage.filesystem(uri)
