@@ -19,11 +19,9 @@ from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql.engine import make_engine
 from wal_sink.mysql.preflight import preflight
 from wal_sink.mysql.target import reflect_target
-from wal_sink.protocol.committer import Committer
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
 from wal_sink.wal.quarantine import Quarantine
-from wal_sink.wal.reader import WalReader
 from wal_sink.wal.writer import WalWriter
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), note STRING"
@@ -217,12 +215,7 @@ def test_forced_replay_whose_commit_is_slow_and_reply_lost_adds_once(
             read_timeout=2.0,
         ),
     )
-    forced = Committer(
-        impatient,
-        make_engine(impatient.mysql),
-        WalReader(config.wal_path),
-        epoch=committer.epoch,
-    )
+    forced = SinkInstance(impatient).committer_at(committer.epoch)
     blocker = mariadb.root()
     with blocker.cursor() as cur:  # COMMITs wait until BACKUP STAGE END
         cur.execute("BACKUP STAGE START")
@@ -278,13 +271,7 @@ def test_transient_errors_beyond_the_limit_fail_the_batch(
         ),
     )
     metrics = SinkMetrics("s1")
-    committer = Committer(
-        unreachable,
-        make_engine(unreachable.mysql),
-        WalReader(unreachable.wal_path),
-        epoch=1,
-        metrics=metrics,
-    )
+    committer = SinkInstance(unreachable, metrics=metrics).committer_at(epoch=1)
     started = time.monotonic()
     with pytest.raises(TransientError, match="MySQL error 2003"):
         committer.apply(0)

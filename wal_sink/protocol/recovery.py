@@ -14,11 +14,12 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from wal_sink.errors import CheckpointResetError
 from wal_sink.mysql.acks import AckTable
 from wal_sink.protocol.committer import CommitResult, Committer
+from wal_sink.protocol.parts import SinkParts
 from wal_sink.wal.model import BatchState, StagedBatch
 from wal_sink.wal.reader import WalReader
 
@@ -148,22 +149,25 @@ def groups(batches: Iterable[tuple[int, int]], max_rows: int) -> list[list[int]]
     return result
 
 
-def recover(committer: Committer) -> list[CommitResult]:
+def recover(
+    committer: Committer, parts: SinkParts, engine: Engine
+) -> list[CommitResult]:
     """Apply every staged-but-unacked batch, oldest first, consecutive ones in
-    shared transactions."""
-    committer.wal.refresh()
-    staged = committer.wal.staged_batches()
-    with committer.engine.connect() as conn:
-        pending = unacked_batches(committer.wal, committer.acks, conn, staged)
+    shared transactions, with ``committer`` (which holds the lease)."""
+    wal, acks = parts.wal, parts.acks
+    wal.refresh()
+    staged = wal.staged_batches()
+    with engine.connect() as conn:
+        pending = unacked_batches(wal, acks, conn, staged)
     if not pending:
         return []
     log.info(
         "sink %s: recovering %d unacked batch(es): %s",
-        committer.sink_id,
+        acks.sink_id,
         len(pending),
         _span(pending),
     )
-    max_rows = committer.config.mysql.max_transaction_rows
+    max_rows = parts.config.mysql.max_transaction_rows
     # A batch without files goes alone (counted over the limit): should it turn out
     # missing, the batches before it are applied first.
     sizes = [(b, staged[b].rows if b in staged else max_rows + 1) for b in pending]
