@@ -29,6 +29,7 @@ from wal_sink.protocol.recovery import (
     check_checkpoint,
     check_commit_log,
     groups,
+    pending_batches,
 )
 from wal_sink.protocol.retry import OutageBudget, RetryStopped
 from wal_sink.spark.source import scaled_rate_limits
@@ -74,6 +75,28 @@ def test_commit_log_ahead_of_what_the_sink_knows_is_refused(
         assert "\n" not in str(info.value)
     else:
         check_commit_log("s", "/cp", committed, known)
+
+
+@pytest.mark.parametrize(
+    "staged, acked, last, newest, staged_without_files, pending",
+    [
+        ({3, 4, 5}, {3}, 5, 3, set(), [4, 5]),  # applied up to 3
+        ({3, 4, 5}, {3, 5}, 5, 5, set(), [4]),  # a gap: 4 is listed, 5 is not
+        ({4, 5}, set(), 5, None, set(), [4, 5]),  # nothing acked yet
+        (set(), set(), 7, 7, {8}, []),  # all applied, files purged
+        ({6}, set(), 8, 5, {7, 8}, [6, 7, 8]),  # 7, 8: empty or missing files
+        ({6}, set(), 8, 5, {8}, [6, 8]),  # 7 was never staged (a skipped id)
+        (set(), set(), 9, None, {9}, [9]),  # the only batch lost its files
+        ({2}, set(), 4, 1, {1, 3, 4}, [2, 3, 4]),  # 1: acked, its files purged
+    ],
+)
+def test_pending_batches_are_the_staged_ones_without_an_ack(
+    staged, acked, last, newest, staged_without_files, pending
+):
+    assert (
+        pending_batches(staged, acked, last, newest, staged_without_files.__contains__)
+        == pending
+    )
 
 
 def test_groups_are_consecutive_and_bounded_by_rows():

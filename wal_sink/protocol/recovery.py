@@ -11,7 +11,7 @@ staged beyond it is not. The same code path serves the job's start and
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
@@ -103,14 +103,10 @@ def unacked_batches(
     conn: Connection,
     staged: dict[int, StagedBatch],
 ) -> list[int]:
-    """Staged batches without an ack row, in batch order.
+    """Staged batches without an ack row, in batch order (``pending_batches``).
 
     ``staged`` is ``wal.staged_batches()``, listed by the caller after a refresh
-    (every caller needs that listing too). Batches with files are found in it; a
-    batch staged beyond the newest ack with no files is either empty (staged by
-    wal_sink 0.1 without any file: it is acked with no rows) or missing, whose files
-    were removed: it is listed, and applying it fails naming it (I1), rather than
-    being skipped.
+    (every caller needs that listing too).
     """
     last = wal.last_staged(acks.sink_id)
     if last is None:
@@ -118,12 +114,41 @@ def unacked_batches(
     newest = acks.newest(conn)
     first = min(staged, default=last)
     acked = acks.acked_between(conn, first, last) if staged else set()
+    return pending_batches(
+        staged,
+        acked,
+        last,
+        newest,
+        lambda b: wal.state_without_files(b, acks.sink_id) is not BatchState.NOT_STAGED,
+    )
+
+
+def pending_batches(
+    staged: Iterable[int],
+    acked: set[int],
+    last: int,
+    newest: int | None,
+    was_staged: Callable[[int], bool],
+) -> list[int]:
+    """The batches to apply, in order, from what the WAL and the ack table say.
+
+    ``staged`` are the batches with files in the WAL, ``acked`` the acked ones
+    among them or between them and ``last`` (the highest batch the WAL's app
+    transaction records), ``newest`` the newest ack row. Batches with files are
+    listed unless acked; a batch beyond the newest ack with no files is listed when
+    the WAL's history says it was staged (``was_staged``): empty (staged by
+    wal_sink 0.1 without any file: it is acked with no rows) or missing, whose
+    files were removed, so that applying it fails naming it (I1) rather than it
+    being skipped.
+    """
+    staged = set(staged)
     pending = {b for b in staged if b not in acked}
+    first = min(staged, default=last)
     start = newest + 1 if newest is not None else first
     for batch_id in range(start, last + 1):
         if batch_id in staged or batch_id in acked:
             continue
-        if wal.state_without_files(batch_id, acks.sink_id) is not BatchState.NOT_STAGED:
+        if was_staged(batch_id):
             pending.add(batch_id)
     return sorted(pending)
 
