@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 # sink id (ownership.py). Deletion vectors would
 # hide deleted rows from readers that only list files; the WAL deletes whole
 # partitions anyway. Statistics: ``_wal_seq`` only, whose minimum orders a batch's
-# files (wal.py); readers need no other.
+# files (reader.py); readers need no other.
 WAL_TABLE_PROPERTIES = {
     "delta.enableDeletionVectors": "false",
     "delta.dataSkippingStatsColumns": SEQ_COLUMN,
