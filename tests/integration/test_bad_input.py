@@ -11,15 +11,18 @@ from pathlib import Path
 import pytest
 
 from devtools.spark_job import JobProcess, job_env
+from tests.conftest import JOB, write_config
 from tests.integration.test_cli import cli
-from tests.integration.test_job import fresh_table, write_config
+from tests.integration.test_job import fresh_table
 
 SECRET = "s3cr3t-value-4b1e"
 SOURCE = '[source]\nformat = "rate"'
 
 
 def good(db, tmp_path: Path, name: str = "bad") -> Path:
-    return write_config(tmp_path / f"{name}.toml", db, tmp_path, SOURCE, table="t")
+    return write_config(
+        tmp_path / f"{name}.toml", db, table="t", source=SOURCE, job=JOB
+    )
 
 
 def edited(path: Path, old: str, new: str) -> Path:

@@ -17,8 +17,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from devtools.spark_job import JobProcess
+from tests.conftest import JOB, write_config
 from tests.integration.test_invariants import SCHEMA, run_stream, write_landing
-from tests.integration.test_job import write_config
 from wal_sink import CheckpointResetError, WalSink
 from wal_sink.config import load_config
 from wal_sink.protocol.purge import execute_purge, plan_purge
@@ -46,15 +46,14 @@ def sink_config(db, tmp_path):
     return write_config(
         tmp_path / "ahead.toml",
         db,
-        tmp_path,
-        f"""
+        source=f"""
 [source]
 format = "json"
 path = "{landing}"
 schema = "k STRING, amount DECIMAL(12,2), seq BIGINT"
 options = {{ maxFilesPerTrigger = 1 }}""",
         table="ahead",
-        extra='restart = { strategy = "none" }',
+        job=JOB + '\nrestart = { strategy = "none" }',
     )
 
 

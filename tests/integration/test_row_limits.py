@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 
 from devtools.spark_job import JobProcess
-from tests.integration.test_job import write_config
+from tests.conftest import JOB, write_config
 from wal_sink import ConfigError
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
@@ -259,11 +259,12 @@ def test_a_nested_column_whose_target_is_not_json_or_text_is_refused(
     landing = tmp_path / "landing"
     landing.mkdir()
     (landing / "f.json").write_text('{"k": "a", "tags": ["x"]}\n')
+    (tmp_path / "job").mkdir()
     job_config = write_config(
-        tmp_path / "nested.toml",
+        tmp_path / "job" / "nested.toml",
         db,
-        tmp_path / "job",
-        f"""
+        job=JOB,
+        source=f"""
 [source]
 format = "json"
 path = "{landing}"
