@@ -15,14 +15,14 @@ MVN := MAVEN_OPTS="$$MAVEN_OPTS -Djansi.noreset=true" mvn -B -q -Dstyle.color=ne
   -s .mvn/settings.xml
 STEP := devtools/step
 
-.PHONY: setup venv venv-delta jars mariadb lint test test-unit demo bench clean
+.PHONY: setup venv venv-delta jars mariadb lint docs test test-unit demo bench clean
 
 setup: venv venv-delta jars mariadb
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@$(STEP) venv sh -c '$(PYTHON) -m venv $(VENV) && \
-	  $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e ".[test]" --config-settings editable_mode=compat'
+	  $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e ".[test,docs]" --config-settings editable_mode=compat'
 	@touch $@
 
 # delta-spark supports pyspark <= 4.2 only: a second, small virtualenv holds it, for
@@ -58,9 +58,14 @@ mariadb:
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    mariadb-server mariadb-client'
 
-lint: venv
+lint: venv docs
 	@$(PY) -m ruff check wal_sink pyspark_wal_sink jobs tests bench devtools
 	@$(VENV)/bin/lint-imports --no-cache
+
+# The documentation site (docs/, mkdocs.yml) into var/site, in strict mode: a broken
+# link, a missing page or a failing generated reference fails the build (and lint).
+docs: venv
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m devtools.demo

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from bench.common import Bench, seconds
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import attempt_files
-from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN
+from wal_sink.wal.format import BATCH_COLUMN, SEQ_COLUMN
 from wal_sink.wal.writer import WalWriter
 
 

@@ -22,8 +22,9 @@ import pyarrow as pa
 
 from devtools.s3proxy import S3Proxy
 from wal_sink.storage import Storage
+from wal_sink.wal.format import delta_table
 from wal_sink.wal.log_tail import LogTail
-from wal_sink.wal.reader import WalReader, delta_table
+from wal_sink.wal.reader import WalReader
 from wal_sink.wal.task_files import file_schema, wal_schema, write_task_file
 from wal_sink.wal.writer import WalWriter
 
@@ -63,7 +64,7 @@ def measure(name: str, location: str, storage: Storage, versions: int, polls: in
         assert [v.staged.batch_id for v in found] == [b]
     table = delta_table(location, storage)
     refresh = ms(table.update_incremental, max(10, polls // 10))
-    reader = WalReader(location, storage, SINK)
+    reader = WalReader(location, SINK, storage)
 
     def listing() -> None:
         reader.refresh()

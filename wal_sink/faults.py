@@ -22,6 +22,7 @@ transaction of a batch's entries).
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import signal
 import threading
@@ -52,19 +53,29 @@ class InjectedFault(RuntimeError):
 
 def _armed(point: str, batch_id: int) -> str | None:
     """The action to take at ``point`` for ``batch_id``, or None."""
+    if point not in POINTS:
+        raise ValueError(f"{point!r} is not a fault point ({', '.join(POINTS)})")
     spec = os.environ.get(ENV)
     if not spec:
         return None
+    name, batch, action = _parsed(spec)
+    if name == point and (batch is None or batch == batch_id):
+        return action
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(spec: str) -> tuple[str, int | None, str]:
+    """``POINT[:BATCH[:ACTION]]`` as (point, batch or None for any, action), read
+    once per value: the data path asks at every file it reads."""
     name, batch, action = (spec.split(":") + ["", ""])[:3]
     action = action or "kill"
-    if name not in POINTS or action not in ACTIONS:
+    if name not in POINTS or action not in ACTIONS or not (batch or "0").isdigit():
         raise ValueError(
             f"{ENV}={spec!r}: use POINT[:BATCH[:ACTION]] with POINT in "
             f"{', '.join(POINTS)} and ACTION in {', '.join(ACTIONS)}"
         )
-    if name == point and (not batch or int(batch) == batch_id):
-        return action
-    return None
+    return name, int(batch) if batch else None, action
 
 
 def _kill() -> None:

@@ -11,15 +11,18 @@ from pathlib import Path
 import pytest
 
 from devtools.spark_job import JobProcess, job_env
+from tests.conftest import JOB, write_config
 from tests.integration.test_cli import cli
-from tests.integration.test_job import fresh_table, write_config
+from tests.integration.test_job import fresh_table
 
 SECRET = "s3cr3t-value-4b1e"
 SOURCE = '[source]\nformat = "rate"'
 
 
 def good(db, tmp_path: Path, name: str = "bad") -> Path:
-    return write_config(tmp_path / f"{name}.toml", db, tmp_path, SOURCE, table="t")
+    return write_config(
+        tmp_path / f"{name}.toml", db, table="t", source=SOURCE, job=JOB
+    )
 
 
 def edited(path: Path, old: str, new: str) -> Path:
@@ -167,3 +170,25 @@ def test_a_missing_target_is_still_told_as_missing(db, tmp_path):
     assert r.returncode == 1 and r.stderr.count("\n") == 1
     assert "target table does not exist; create it first" in r.stderr
     assert os.environ["WAL_SINK_MYSQL_PASSWORD"] not in r.stderr
+
+
+def test_source_options_env_reaches_the_spark_reader(spark, monkeypatch):
+    """A secret's option is read from its variable when the query's reader is made:
+    an unset variable is one line; a set one reaches Spark (which checks it)."""
+    from pyspark.errors import PySparkException
+
+    from tests.unit.test_config import base
+    from wal_sink.config import config_from_dict
+    from wal_sink.errors import ConfigError
+    from wal_sink.spark.source import read_source
+
+    source = {"format": "rate", "options_env": {"rowsPerSecond": "TEST_RATE"}}
+    config = config_from_dict(base(source=source))
+    monkeypatch.delenv("TEST_RATE", raising=False)
+    with pytest.raises(ConfigError, match="'TEST_RATE', which is not set"):
+        read_source(spark, config)
+    monkeypatch.setenv("TEST_RATE", "-7")
+    with pytest.raises((PySparkException, ValueError), match="-7"):
+        read_source(spark, config)
+    monkeypatch.setenv("TEST_RATE", "7")
+    assert read_source(spark, config).isStreaming

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, write_config
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter
@@ -80,21 +80,9 @@ def cli(config: Path, *args: str, input: str | None = None, env: dict | None = N
     )
 
 
-def toml(path: Path, db, tmp: Path, url: str | None = None) -> Path:
-    path.write_text(f"""
-[sink]
-id = "ops"
-
-[wal]
-path = "{tmp / "wal"}"
-
-[mysql]
-url = "{url or db.url}"
-table = "ops_totals"
-key = ["k"]
-merge = {{ amount = "add" }}
-""")
-    return path
+def toml(path: Path, db, url: str | None = None) -> Path:
+    """Sink ``ops`` adding amounts into ops_totals, its WAL beside ``path``."""
+    return write_config(path, db, table="ops_totals", sink_id="ops", url=url)
 
 
 def ops_sink(db, tmp_path: Path, key_width: int = 16):
@@ -107,7 +95,7 @@ def ops_sink(db, tmp_path: Path, key_width: int = 16):
         f"CREATE TABLE ops_totals (k VARCHAR({key_width}) PRIMARY KEY, "
         "amount DECIMAL(14,2)) ENGINE=InnoDB"
     )
-    config_path = toml(tmp_path / "ops.toml", db, tmp_path)
+    config_path = toml(tmp_path / "ops.toml", db)
     instance = SinkInstance(load_config(config_path))
     return config_path, instance, instance.start()
 
@@ -266,10 +254,24 @@ def test_inspect_shows_rows_and_refuses_unknown_batch(wal_state):
     )
 
 
-def test_init_db_is_idempotent(wal_state):
+def test_init_db_is_idempotent(wal_state, db):
+    """A second init-db (and a third) leaves the sink's tables and their rows as
+    they were: the acks that say what is applied survive it."""
+
+    def sink_rows():
+        return (
+            db.rows("SELECT batch_id, row_count, apply_id, state FROM wal_sink_ack"),
+            db.rows("SELECT sink_id, epoch, holder FROM wal_sink_lease"),
+        )
+
+    before = sink_rows()
+    assert [r[:2] for r in before[0]] == [(0, 4), (2, 4)] and len(before[1]) == 1
     for _ in range(2):
         r = cli(wal_state, "init-db")
         assert r.returncode == 0, r.stderr
+        assert sink_rows() == before
+    st = json.loads(cli(wal_state, "status", "--json").stdout)
+    assert (st["acked_batches"], st["unacked"]) == (2, [1])
 
 
 def test_config_and_environment_errors_are_one_line(db, tmp_path, mariadb):
@@ -286,7 +288,7 @@ def test_config_and_environment_errors_are_one_line(db, tmp_path, mariadb):
     assert (
         r.returncode == 2 and "mysql.colour" in r.stderr and r.stderr.count("\n") == 1
     )
-    good = toml(tmp_path / "ok.toml", db, tmp_path)
+    good = toml(tmp_path / "ok.toml", db)
     env = {k: v for k, v in os.environ.items() if k != "WAL_SINK_MYSQL_PASSWORD"}
     r = subprocess.run(
         [WAL_SINK, "-c", str(good), "status"],
@@ -299,7 +301,6 @@ def test_config_and_environment_errors_are_one_line(db, tmp_path, mariadb):
     unreachable = toml(
         tmp_path / "down.toml",
         db,
-        tmp_path,
         url=f"mysql+pymysql://sink@127.0.0.1:{mariadb.port + 1}/x",
     )
     r = cli(unreachable, "status")

@@ -8,19 +8,29 @@ line and exit code 2; a healthy sink whose acked batches were purged still start
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
 
 from devtools.spark_job import JobProcess
+from tests.conftest import JOB, write_config
 from tests.integration.test_invariants import SCHEMA, run_stream, write_landing
-from tests.integration.test_job import write_config
 from wal_sink import CheckpointResetError, WalSink
 from wal_sink.config import load_config
 from wal_sink.protocol.purge import execute_purge, plan_purge
 
 BATCHES = [[("a", "1.00", 1)], [("b", "2.00", 2)], [("c", "3.00", 3)]]
+
+
+def cli_recover(config) -> subprocess.CompletedProcess:
+    cli = str(Path(sys.executable).with_name("wal-sink"))
+    return subprocess.run(
+        [cli, "-c", str(config), "recover"], capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.fixture
@@ -36,15 +46,14 @@ def sink_config(db, tmp_path):
     return write_config(
         tmp_path / "ahead.toml",
         db,
-        tmp_path,
-        f"""
+        source=f"""
 [source]
 format = "json"
 path = "{landing}"
 schema = "k STRING, amount DECIMAL(12,2), seq BIGINT"
 options = {{ maxFilesPerTrigger = 1 }}""",
         table="ahead",
-        extra='restart = { strategy = "none" }',
+        job=JOB + '\nrestart = { strategy = "none" }',
     )
 
 
@@ -77,6 +86,11 @@ def test_wal_lost_with_batches_staged_and_unapplied_refuses_to_start(
         "batch 0, but the newest batch the WAL knows is none and the newest acked "
         "is none: batch(es) 0 were staged into a WAL that is gone"
     )
+    # `wal-sink recover` reads the commit log without Spark and says the same.
+    recovered = cli_recover(sink_config)
+    assert recovered.returncode == 2, recovered.stderr
+    assert recovered.stderr.strip().splitlines()[-1] == f"error: {message}"
+    assert "nothing to recover" not in recovered.stdout
     # The job, as a user runs it: one line, exit 2, nothing applied.
     job = JobProcess(sink_config, tmp_path / "job.log", "--available-now")
     assert job.wait() == 2, job.tail()
@@ -122,3 +136,6 @@ def test_healthy_sink_whose_batches_were_purged_starts(
     # Even a WAL lost once everything in it was applied loses nothing.
     shutil.rmtree(tmp_path / "wal")
     assert WalSink(config).recover(spark) == []
+    recovered = cli_recover(sink_config)
+    assert recovered.returncode == 0, recovered.stderr
+    assert "nothing to recover" in recovered.stdout

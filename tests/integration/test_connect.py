@@ -25,7 +25,7 @@ import pytest
 from deltalake import DeltaTable
 
 from devtools.spark_connect import ConnectServer
-from tests.conftest import REPO
+from tests.conftest import REPO, write_config
 
 pytestmark = pytest.mark.crash
 
@@ -77,24 +77,6 @@ class FollowProcess:
     def terminate(self, timeout: float = 120) -> int:
         os.killpg(self.proc.pid, signal.SIGTERM)
         return self.proc.wait(timeout)
-
-
-def write_config(path: Path, db, tmp: Path) -> Path:
-    path.write_text(f"""
-[sink]
-id = "connect"
-
-[wal]
-path = "{tmp / "wal"}"
-max_pending = 2
-
-[mysql]
-url = "{db.url}"
-table = "connect_totals"
-key = ["k"]
-merge = {{ amount = "add" }}
-""")
-    return path
 
 
 def feed(landing: Path, expected: dict[str, Decimal], files: int, pause: float):
@@ -160,7 +142,9 @@ def test_connect_query_and_follower_killed_mid_stream_land_exactly_once(
         "CREATE TABLE connect_totals (k VARCHAR(16) PRIMARY KEY, "
         "amount DECIMAL(16,2)) ENGINE=InnoDB"
     )
-    config = write_config(tmp_path / "connect.toml", db, tmp_path)
+    config = write_config(
+        tmp_path / "connect.toml", db, table="connect_totals", wal="max_pending = 2"
+    )
     landing, cp, log = tmp_path / "landing", tmp_path / "cp", tmp_path / "follow.log"
     landing.mkdir()
     expected: dict[str, Decimal] = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from tests.conftest import REPO
+from tests.conftest import REPO, write_config
 from tests.integration.test_invariants import write_landing
 from wal_sink.storage import Storage
 from wal_sink.wal.maintenance import vacuum
@@ -26,26 +26,6 @@ BATCHES = [
     [(f"k{i % 9}", "1.00", i) for i in range(90, 120)],
 ]
 WRITER = Path(__file__).with_name("writer_app.py")
-
-
-def write_config(path: Path, db, tmp: Path, driver_stage_rows: int = 0) -> None:
-    path.write_text(f"""
-[sink]
-id = "crashy"
-
-[wal]
-path = "{tmp / "wal"}"
-driver_stage_rows = {driver_stage_rows}
-
-[mysql]
-url = "{db.url}"
-table = "crash_totals"
-key = ["k"]
-merge = {{ amount = "add" }}
-
-[job]
-checkpoint = "{tmp / "checkpoint"}"
-""")
 
 
 def run_writer(config: Path, landing: Path, fault: str | None, log: Path) -> int:
@@ -102,8 +82,15 @@ def test_kill_at_protocol_step_then_restart_is_exact(
         "amount DECIMAL(14,2), seq BIGINT) ENGINE=InnoDB"
     )
     expected = write_landing(tmp_path / "landing", BATCHES)
-    config = tmp_path / "sink.toml"
-    write_config(config, db, tmp_path, 10_000 if staging == "driver" else 0)
+    driver_rows = 10_000 if staging == "driver" else 0
+    config = write_config(
+        tmp_path / "sink.toml",
+        db,
+        table="crash_totals",
+        sink_id="crashy",
+        wal=f"driver_stage_rows = {driver_rows}",
+        job="",
+    )
     log = tmp_path / "writer.log"
 
     code = run_writer(config, tmp_path / "landing", f"{point}:1", log)

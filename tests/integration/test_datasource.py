@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
+from tests.conftest import ADD_AMOUNT, write_config
 from tests.integration.test_invariants import SCHEMA, write_landing
 from wal_sink.config import load_config
 from wal_sink.protocol.follower import Follower
@@ -26,23 +27,17 @@ from wal_sink.wal.task_files import wal_schema, write_task_file
 from wal_sink.wal.writer_run import WriterRun
 
 
-def write_config(path: Path, db, tmp: Path, sink_id: str, extra: str = "") -> Path:
-    path.write_text(f"""
-[sink]
-id = "{sink_id}"
-
-[wal]
-path = "{tmp / "wal"}"
-max_pending = 2
-
-[mysql]
-url = "{db.url}"
-table = "ds_totals"
-key = ["k"]
-merge = {{ amount = "add" }}
-{extra}
-""")
-    return path
+def ds_config(path: Path, db, sink_id: str, extra: str = "") -> Path:
+    """Sink ``sink_id`` adding amounts into ds_totals; ``extra`` adds lines to
+    [mysql]."""
+    return write_config(
+        path,
+        db,
+        table="ds_totals",
+        sink_id=sink_id,
+        wal="max_pending = 2",
+        mysql=f"{ADD_AMOUNT}\n{extra}",
+    )
 
 
 @pytest.fixture
@@ -97,7 +92,7 @@ def stream(spark, config: Path, landing: Path, checkpoint: Path) -> None:
 def test_format_wal_sink_with_the_follower_lands_exactly_once(
     spark, db, target, tmp_path
 ):
-    config = write_config(tmp_path / "ds.toml", db, tmp_path, "ds")
+    config = ds_config(tmp_path / "ds.toml", db, "ds")
     landing = tmp_path / "landing"
     first = [[("a", "1.50", 1), ("b", "2.00", 1)], [("a", "3.25", 2)]] * 3
     expected = write_landing(landing, first)
@@ -129,7 +124,7 @@ def test_a_reset_checkpoint_is_refused_by_the_data_source(spark, db, target, tmp
     from wal_sink.spark import WalSinkDataSource
 
     spark.dataSource.register(WalSinkDataSource)  # as found, registered by hand
-    config = write_config(tmp_path / "reset.toml", db, tmp_path, "reset")
+    config = ds_config(tmp_path / "reset.toml", db, "reset")
     landing = tmp_path / "landing"
     expected = write_landing(landing, [[("a", "1.00", 1)], [("b", "2.00", 2)]])
     follower = FollowerThread(config)
@@ -144,7 +139,7 @@ def test_a_reset_checkpoint_is_refused_by_the_data_source(spark, db, target, tmp
 def test_follow_refuses_a_wal_behind_the_ack_table_with_one_line(db, target, tmp_path):
     """The WAL was replaced (or the config points at another one) while the ack
     table knows batch 3 applied: new batches would be skipped as applied."""
-    config = write_config(tmp_path / "replaced.toml", db, tmp_path, "replaced")
+    config = ds_config(tmp_path / "replaced.toml", db, "replaced")
     cli = str(Path(sys.executable).with_name("wal-sink"))
     assert subprocess.run([cli, "-c", str(config), "init-db"]).returncode == 0
     db.execute(
@@ -182,7 +177,7 @@ def test_the_follower_rides_out_a_failing_read_of_the_log(
     """An I/O error reading the WAL's log (an object store briefly down) is retried
     at the next polls, within the outage budget: the follower goes on."""
     monkeypatch.setenv("WAL_SINK_FAULT", "follow.poll::eio-once")
-    config = write_config(tmp_path / "flaky.toml", db, tmp_path, "flaky")
+    config = ds_config(tmp_path / "flaky.toml", db, "flaky")
     follower = FollowerThread(config)
     sink = load_config(config)
     schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))
@@ -204,9 +199,7 @@ def test_a_draining_follower_applies_every_staged_batch_and_stop_now_leaves_them
     """Three batches staged, one transaction each; MySQL holds the first behind a
     row lock while the follower is told to stop: drained, all three are applied;
     stopped at once, the two behind it stay staged."""
-    config = write_config(
-        tmp_path / "drain.toml", db, tmp_path, "drain", "max_transaction_rows = 1"
-    )
+    config = ds_config(tmp_path / "drain.toml", db, "drain", "max_transaction_rows = 1")
     config.write_text(config.read_text().replace("max_pending = 2", "max_pending = 9"))
     sink = load_config(config)
     schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))

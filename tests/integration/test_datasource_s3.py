@@ -36,7 +36,7 @@ def test_data_source_and_follower_on_s3_land_exactly_once(s3, bucket, db, tmp_pa
         "ENGINE=InnoDB"
     )
     path = s3_config(
-        tmp_path / "s3ds.toml", db, tmp_path, s3, f"{bucket}/wal", table="s3ds_totals"
+        tmp_path / "s3ds.toml", db, s3, f"{bucket}/wal", table="s3ds_totals"
     )
     config = load_config(path)
     stage_commit._writers.clear()
@@ -77,9 +77,7 @@ def test_data_source_and_follower_on_s3_land_exactly_once(s3, bucket, db, tmp_pa
 
 
 def test_position_on_s3_releases_a_waiting_commit(s3, bucket, db, tmp_path):
-    path = s3_config(
-        tmp_path / "s3wait.toml", db, tmp_path, s3, f"{bucket}/wal", table="unused"
-    )
+    path = s3_config(tmp_path / "s3wait.toml", db, s3, f"{bucket}/wal", table="unused")
     config = load_config(path)
     stage_commit._writers.clear()
     run = WriterRun(config.sink.id, "run")

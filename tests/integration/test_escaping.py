@@ -173,6 +173,34 @@ def test_column_names_with_a_space_hyphen_or_backtick_take_the_fast_path(
     assert db.rows("SELECT * FROM odd ORDER BY k") == rows
 
 
+@pytest.mark.parametrize("path", ["multi_row", "local_infile"])
+def test_column_names_with_a_percent_sign_land_in_their_own_columns(
+    spark, db, make_config, tmp_path, calls, path
+):
+    """SQLAlchemy doubles a '%' of a column name for the driver's formatting, twice
+    in the ON DUPLICATE KEY UPDATE part: the row path undoubles it once (the
+    bulk-load path leaves such tables to it), and a second batch updates in place."""
+    db.execute("DROP TABLE IF EXISTS pct")
+    db.execute(
+        "CREATE TABLE pct (k VARCHAR(8) PRIMARY KEY, `a%b` VARCHAR(8),"
+        " `%s` BIGINT, `%(k)s` VARCHAR(8)) ENGINE=InnoDB"
+    )
+    config = make_config(table="pct", wal_path=tmp_path / "pct")
+    config = replace(
+        config, mysql=replace(config.mysql, local_infile=path == "local_infile")
+    )
+    schema = "k STRING, `a%b` STRING, `%s` BIGINT, `%(k)s` STRING"
+    first = [(f"k{i}", f"p{i}", i, f"q{i}") for i in range(4)]
+    second = [(f"k{i}", f"P{i}", -i, f"Q{i}") for i in range(2, 6)]
+    writer = WalWriter(config.wal_path, "s1")
+    stage(spark.createDataFrame(first, schema), writer, 0)
+    stage(spark.createDataFrame(second, schema), writer, 1)
+    committer = SinkInstance(config).start()
+    assert committer.apply(0).rows == 4 and committer.apply(1).rows == 4
+    assert calls["multi_row"] == 8 and calls["local_infile"] == 0
+    assert db.rows("SELECT * FROM pct ORDER BY k") == first[:2] + second
+
+
 def test_negative_zero_reaches_the_server_with_its_sign_on_every_path(db):
     """MariaDB stores every zero of a DOUBLE column as 0 (CAST(col AS CHAR) is '0'
     for -0e0 too), so the sign is read where the server still has it: in the value

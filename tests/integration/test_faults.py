@@ -15,12 +15,13 @@ import pytest
 
 from tests.integration.lost_reply import LostCommitReply
 from wal_sink import TerminalError, TransientError
+from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql.engine import make_engine
-from wal_sink.protocol.committer import Committer
+from wal_sink.mysql.preflight import preflight
+from wal_sink.mysql.target import reflect_target
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
 from wal_sink.wal.quarantine import Quarantine
-from wal_sink.wal.reader import WalReader
 from wal_sink.wal.writer import WalWriter
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), note STRING"
@@ -214,12 +215,7 @@ def test_forced_replay_whose_commit_is_slow_and_reply_lost_adds_once(
             read_timeout=2.0,
         ),
     )
-    forced = Committer(
-        impatient,
-        make_engine(impatient.mysql),
-        WalReader(config.wal_path),
-        epoch=committer.epoch,
-    )
+    forced = SinkInstance(impatient).committer_at(committer.epoch)
     blocker = mariadb.root()
     with blocker.cursor() as cur:  # COMMITs wait until BACKUP STAGE END
         cur.execute("BACKUP STAGE START")
@@ -261,7 +257,7 @@ def test_server_down_for_seconds_mid_batch(spark, db, mariadb, target, make_conf
 
 
 def test_transient_errors_beyond_the_limit_fail_the_batch(
-    spark, db, target, make_config, mariadb
+    spark, db, target, make_config, mariadb, caplog
 ):
     config = make_config(table="acct")
     staged(spark, config, amounts(2))
@@ -274,14 +270,18 @@ def test_transient_errors_beyond_the_limit_fail_the_batch(
             retry_backoff=0.05,
         ),
     )
-    committer = Committer(
-        unreachable,
-        make_engine(unreachable.mysql),
-        WalReader(unreachable.wal_path),
-        epoch=1,
-    )
+    metrics = SinkMetrics("s1")
+    committer = SinkInstance(unreachable, metrics=metrics).committer_at(epoch=1)
+    started = time.monotonic()
     with pytest.raises(TransientError, match="MySQL error 2003"):
         committer.apply(0)
+    # The transaction was retried, each retry counted and logged, until the budget
+    # was spent.
+    logged = [r.getMessage() for r in caplog.records]
+    retries = [m for m in logged if "of the transaction of batch 0 in" in m]
+    assert len(retries) >= 2 and metrics.retries._value.get() == len(retries)
+    assert "retry 2 of the transaction of batch 0" in retries[1]
+    assert time.monotonic() - started >= unreachable.mysql.outage_budget
 
 
 @pytest.mark.parametrize(
@@ -443,6 +443,15 @@ def test_preflight_accepts_every_numeric_type_for_add(db, make_config):
         " d TINYINT, v DATETIME(6)) ENGINE=InnoDB"
     )
     merge = {c: "add" for c in "abcd"}
-    assert SinkInstance(
-        make_config(table="pf", merge=merge, version_column="v")
-    ).start()
+    config = make_config(table="pf", merge=merge, version_column="v")
+    engine = make_engine(config.mysql)
+    try:
+        assert preflight(engine, config, reflect_target(engine, "pf")) == []
+    finally:
+        engine.dispose()
+    instance = SinkInstance(config)
+    try:
+        epoch = instance.start().epoch  # the lease is taken: nothing refused
+    finally:
+        instance.close()
+    assert db.rows("SELECT sink_id, epoch FROM wal_sink_lease") == [("s1", epoch)]

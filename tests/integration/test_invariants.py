@@ -1,6 +1,6 @@
-"""One test (at least) per invariant I1–I7 (docs/protocol.md), against real MariaDB,
-Spark and Delta. Amounts use an ``add`` column so a duplicate apply shows as a wrong
-total."""
+"""One test (at least) per invariant I1–I7 (docs/protocol.md lists those of I8 and
+I9 too), against real MariaDB, Spark and Delta. Amounts use an ``add`` column so a
+duplicate apply shows as a wrong total."""
 
 from __future__ import annotations
 

@@ -20,48 +20,10 @@ from devtools.invoices import InvoiceFeed
 from devtools.kafka import KafkaBroker
 from devtools.spark_cluster import standalone_cluster
 from devtools.spark_job import JobProcess, job_env
-from tests.conftest import REPO
+from tests.conftest import JOB, REPO, write_config
 
 SEED = int(os.environ.get("WAL_SINK_TEST_SEED", time.time()))
 rng = random.Random(SEED)
-
-
-def write_config(
-    path: Path,
-    db,
-    tmp: Path,
-    source: str,
-    *,
-    table: str,
-    extra: str = "",
-    wal: str = "",
-    mysql: str = 'merge = { amount = "add" }',
-) -> Path:
-    """A job config; ``extra``, ``wal`` and ``mysql`` add lines to [job], [wal] and
-    [mysql]."""
-    path.write_text(f"""
-[sink]
-id = "{path.stem}"
-
-{source}
-
-[wal]
-path = "{tmp / "wal"}"
-{wal}
-
-[mysql]
-url = "{db.url}"
-table = "{table}"
-key = ["k"]
-{mysql}
-
-[job]
-checkpoint = "{tmp / "checkpoint"}"
-trigger = "1 second"
-spark_conf = {{ "spark.sql.shuffle.partitions" = 2 }}
-{extra}
-""")
-    return path
 
 
 def fresh_table(db, name: str) -> None:
@@ -120,8 +82,8 @@ def test_files_arriving_while_job_is_killed_land_exactly_once(db, tmp_path):
     config = write_config(
         tmp_path / "files.toml",
         db,
-        tmp_path,
-        f"""
+        job=JOB,
+        source=f"""
 [source]
 format = "json"
 path = "{landing}"
@@ -157,8 +119,8 @@ def test_kafka_messages_produced_while_job_is_killed_land_exactly_once(
     config = write_config(
         tmp_path / "kafka.toml",
         db,
-        tmp_path,
-        f"""
+        job=JOB,
+        source=f"""
 [source]
 format = "kafka"
 schema = "k STRING, amount DECIMAL(12,2)"
@@ -228,15 +190,14 @@ def landing_config(db, tmp_path: Path, name: str, extra: str = "") -> Path:
     return write_config(
         tmp_path / f"{name}.toml",
         db,
-        tmp_path,
-        f"""
+        source=f"""
 [source]
 format = "json"
 path = "{landing}"
 schema = "k STRING, amount DECIMAL(12,2)"
 options = {{ maxFilesPerTrigger = 1 }}""",
         table=name,
-        extra=extra,
+        job=f"{JOB}\n{extra}",
     )
 
 
@@ -361,15 +322,14 @@ def test_datasource_writer_killed_and_stopped_lands_exactly_once(db, tmp_path):
     config = write_config(
         tmp_path / "dsjob.toml",
         db,
-        tmp_path,
-        f"""
+        source=f"""
 [source]
 format = "json"
 path = "{landing}"
 schema = "k STRING, amount DECIMAL(12,2)"
 options = {{ maxFilesPerTrigger = 1 }}""",
         table="ds_job_totals",
-        extra='writer = "datasource"',
+        job=JOB + '\nwriter = "datasource"',
     )
     expected: dict[str, Decimal] = {}
     log = tmp_path / "job.log"

@@ -105,13 +105,21 @@ def test_cdc_insert_update_delete_ends_as_last_op(spark, db, target, make_config
     assert db.rows("SELECT row_count, deleted_count FROM wal_sink_ack") == [(6, 2)]
 
 
-def test_column_missing_from_target_is_one_clear_error(spark, target, make_config):
+def test_column_missing_from_target_is_one_clear_error(spark, db, target, make_config):
     config = make_config(table="items")
     sink = WalSink(config)
     df = spark.createDataFrame([("a", 1)], "k STRING, colour INT")
-    with pytest.raises(TerminalError, match="colour.*do not exist in the target"):
-        sink.foreach_batch(df, 0)
-        settle(sink)
+    try:
+        with pytest.raises(
+            TerminalError, match="colour.*do not exist in the target"
+        ) as info:
+            sink.foreach_batch(df, 0)
+            settle(sink)
+    finally:
+        sink.close()
+    assert "\n" not in str(info.value)
+    assert target() == {}
+    assert db.rows("SELECT COUNT(*) FROM wal_sink_ack") == [(0,)]
 
 
 def test_non_innodb_target_is_refused(spark, db, make_config):

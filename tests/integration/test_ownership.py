@@ -14,8 +14,8 @@ import pytest
 from deltalake import DeltaTable
 
 from devtools.spark_job import JobProcess
+from tests.conftest import JOB, write_config
 from tests.integration.test_cli import cli
-from tests.integration.test_job import write_config
 from tests.integration.test_legacy_wal import FIXTURE
 from wal_sink import ConfigError, WalSink
 from wal_sink.config import load_config
@@ -49,16 +49,15 @@ def sink_config(db, tmp_path: Path, name: str, wal: Path, extra_wal: str = "") -
     (landing / "f0.json").write_text('{"k": "z", "amount": "9.00"}\n')
     home = tmp_path / name
     home.mkdir(exist_ok=True)
-    config = write_config(
+    return write_config(
         home / f"{name}.toml",
         db,
-        home,
-        SOURCE.format(landing=landing),
         table="owned",
+        wal_path=wal,
+        source=SOURCE.format(landing=landing),
         wal=extra_wal,
+        job=JOB,
     )
-    config.write_text(config.read_text().replace(str(home / "wal"), str(wal)))
-    return config
 
 
 def state(db, *paths: Path) -> tuple:

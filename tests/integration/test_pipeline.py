@@ -19,7 +19,8 @@ import pymysql
 from deltalake import DeltaTable
 
 from devtools.spark_job import JobProcess
-from tests.integration.test_job import fresh_table, rng, totals, write_config
+from tests.conftest import JOB, write_config
+from tests.integration.test_job import fresh_table, rng, totals
 
 KEYS = [f"k{i}" for i in range(6)]
 
@@ -48,11 +49,10 @@ def landing_files(landing: Path, count: int, first: int = 0) -> dict[str, Decima
 
 def config_for(db, tmp_path: Path, table: str, *, wal: str = "", extra: str = ""):
     """A JSON-files job with a half-second trigger."""
-    path = write_config(
+    return write_config(
         tmp_path / f"{table}.toml",
         db,
-        tmp_path,
-        f"""
+        source=f"""
 [source]
 format = "json"
 path = "{tmp_path / "landing"}"
@@ -60,10 +60,8 @@ schema = "k STRING, amount DECIMAL(12,2), label STRING"
 options = {{ maxFilesPerTrigger = 1 }}""",
         table=table,
         wal=wal,
-        extra=extra,
+        job=JOB.replace('"1 second"', '"0.5 seconds"') + "\n" + extra,
     )
-    path.write_text(path.read_text().replace('"1 second"', '"0.5 seconds"'))
-    return path
 
 
 def labelled_table(db, name: str) -> None:

@@ -96,3 +96,30 @@ def test_a_batch_no_row_can_unblock_is_set_aside_once_and_in_order(spark, db, tm
     )
     restarted.close()
     assert sample == 2
+
+
+def test_a_row_too_large_for_a_statement_is_set_aside_cut(spark, db, tmp_path):
+    """Its outbox row would be larger than the server takes (or, here, than the sink
+    allows a record): the whole set-aside would fail at every attempt. Its record is
+    cut and says so, and a retry leaves it to the operator (a partial row)."""
+    config_path, instance, _ = ops_sink(db, tmp_path)
+    rows = [("b", Decimal(2), "x"), ("huge", Decimal(3), "y" * 3_000_000)]
+    df = spark.createDataFrame(rows, "k STRING, amount DECIMAL(12,2), note STRING")
+    stage(df.coalesce(1), instance.writer, 0)
+    instance.close()
+    r = cli(config_path, "quarantine-batch", "0", "--yes")
+    assert r.returncode == 0, r.stderr
+    entries = Quarantine(str(tmp_path / "wal_quarantine"), "ops").read(100)
+    by_key = {json.loads(e["record"])["k"]: e for e in entries}
+    assert json.loads(by_key["b"]["record"])["note"] == "x"
+    assert json.loads(by_key["huge"]["record"])["note"] == "y" * 1000
+    assert by_key["huge"]["reason"].startswith(
+        "set aside whole by wal-sink quarantine-batch 0; not applied; the record "
+        "would take 3000"
+    )
+    assert (
+        "values are cut to 1000 characters in this record" in (by_key["huge"]["reason"])
+    )
+    listed = cli(config_path, "quarantine", "list", "--json")
+    kinds = {e["record"]["k"]: e["kind"] for e in json.loads(listed.stdout)}
+    assert kinds == {"b": "row", "huge": "partial_row"}

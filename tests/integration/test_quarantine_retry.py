@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
+from tests.conftest import ADD_AMOUNT, write_config
 from tests.integration.test_cli import WAL_SINK, cli
 from wal_sink.config import load_config
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -39,23 +40,16 @@ def items_table(db) -> None:
     )
 
 
-def write_config(tmp_path: Path, db, name: str, extra: str = "") -> Path:
-    path = tmp_path / f"{name}.toml"
-    path.write_text(f"""
-[sink]
-id = "{name}"
-
-[wal]
-path = "{tmp_path / f"wal_{name}"}"
-
-[mysql]
-url = "{db.url}"
-table = "retry_items"
-key = ["k"]
-merge = {{ amount = "add" }}
-{extra}
-""")
-    return path
+def retry_config(tmp_path: Path, db, name: str, extra: str = "") -> Path:
+    """Sink ``name`` adding amounts into retry_items, on a WAL of its own; ``extra``
+    adds lines to [mysql] (and sections after it)."""
+    return write_config(
+        tmp_path / f"{name}.toml",
+        db,
+        table="retry_items",
+        wal_path=tmp_path / f"wal_{name}",
+        mysql=f"{ADD_AMOUNT}\n{extra}",
+    )
 
 
 def apply_batches(spark, config_path: Path, *batches: list[tuple]) -> None:
@@ -95,7 +89,7 @@ def retry_rows(db, sink_id: str) -> list[tuple]:
 
 def test_two_retries_at_once_apply_each_entry_once(spark, db, tmp_path):
     items_table(db)
-    config = write_config(tmp_path, db, "twice")
+    config = retry_config(tmp_path, db, "twice")
     long = "x" * 10
     batches = [
         [(f"k{i}", long if i % 3 == 0 else "ok", Decimal(b + 1), b) for i in range(30)]
@@ -158,7 +152,7 @@ def _waiting_on_the_lease(db) -> int:
 
 def test_a_lost_commit_reply_is_read_back_not_applied_again(spark, db, tmp_path):
     items_table(db)
-    config = write_config(tmp_path, db, "lost")
+    config = retry_config(tmp_path, db, "lost")
     apply_batches(
         spark, config, [("a", "too long", Decimal(5), 1), ("b", "ok", Decimal(1), 1)]
     )
@@ -179,7 +173,7 @@ def test_a_retried_row_older_than_the_stored_version_changes_nothing(
     spark, db, tmp_path
 ):
     items_table(db)
-    config = write_config(tmp_path, db, "versions", 'version_column = "seq"')
+    config = retry_config(tmp_path, db, "versions", 'version_column = "seq"')
     apply_batches(
         spark,
         config,
@@ -206,7 +200,7 @@ def test_retried_cdc_deletes_leave_tombstones_and_stale_upserts_stay_out(
         "CREATE TABLE retry_child (id INT PRIMARY KEY, parent VARCHAR(8), "
         "FOREIGN KEY (parent) REFERENCES retry_items (k)) ENGINE=InnoDB"
     )
-    config = write_config(
+    config = retry_config(
         tmp_path,
         db,
         "cdc",
@@ -241,7 +235,7 @@ def test_retried_cdc_deletes_leave_tombstones_and_stale_upserts_stay_out(
 
 def test_records_failing_again_stay_open_with_their_new_reason(spark, db, tmp_path):
     items_table(db)
-    config = write_config(tmp_path, db, "again")
+    config = retry_config(tmp_path, db, "again")
     apply_batches(
         spark,
         config,
@@ -277,7 +271,7 @@ def test_purge_removes_retried_entries_with_their_batch_and_open_ones_only_when_
     spark, db, tmp_path
 ):
     items_table(db)
-    config = write_config(tmp_path, db, "purged")
+    config = retry_config(tmp_path, db, "purged")
     apply_batches(
         spark,
         config,
@@ -307,7 +301,7 @@ def test_purge_removes_retried_entries_with_their_batch_and_open_ones_only_when_
 
 def test_quarantine_list_and_export_need_the_sinks_own_files(db, tmp_path):
     items_table(db)
-    config = write_config(tmp_path, db, "empty")
+    config = retry_config(tmp_path, db, "empty")
     r = cli(config, "quarantine", "list")
     assert r.returncode == 0 and "0 entries, showing 0" in r.stdout, r.stderr
     target = tmp_path / "out.jsonl"
@@ -337,7 +331,7 @@ def test_entries_written_before_entry_ids_get_stable_ones_and_retry_once(
     from wal_sink.wal.quarantine import SCHEMA as NOW
 
     items_table(db)
-    config = write_config(tmp_path, db, "old")
+    config = retry_config(tmp_path, db, "old")
     apply_batches(spark, config, [("a", "ok", Decimal(1), 1)])  # the sink's tables
     old = pa.schema([f for f in NOW if f.name not in ("entry_id", "entry_seq")])
     when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -379,7 +373,7 @@ def test_a_batch_set_aside_whole_is_applied_once_its_column_exists(spark, db, tm
     """`quarantine-batch` rows (records as staged: zoned times, decimals) come back
     through a retry once the target has the column the batch needed."""
     items_table(db)
-    config = write_config(tmp_path, db, "whole")
+    config = retry_config(tmp_path, db, "whole")
     instance = SinkInstance(load_config(config))
     instance.start()
     at = datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
@@ -407,7 +401,7 @@ def test_entries_of_a_batch_replayed_since_are_not_retried(spark, db, tmp_path):
     """`replay --force` of a batch set aside whole applies its rows from the WAL:
     its earlier entries are superseded, and a retry leaves them alone."""
     items_table(db)
-    config = write_config(tmp_path, db, "replayed")
+    config = retry_config(tmp_path, db, "replayed")
     instance = SinkInstance(load_config(config))
     instance.start()
     stage(

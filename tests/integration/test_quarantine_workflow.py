@@ -16,9 +16,8 @@ from decimal import Decimal
 from pathlib import Path
 
 from devtools.spark_job import JobProcess
-from tests.conftest import REPO
+from tests.conftest import JOB, REPO, write_config
 from tests.integration.test_cli import WAL_SINK, cli
-from tests.integration.test_job import write_config
 from wal_sink.config import load_config
 from wal_sink.protocol.sink_instance import SinkInstance
 
@@ -86,8 +85,8 @@ def test_poison_records_come_back_once_the_target_is_fixed(db, tmp_path):
     config = write_config(
         tmp_path / "flow.toml",
         db,
-        tmp_path,
-        f"""
+        job=JOB,
+        source=f"""
 [source]
 format = "json"
 path = "{landing(tmp_path)}"

@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 
 from devtools.spark_job import JobProcess
-from tests.integration.test_job import write_config
+from tests.conftest import JOB, write_config
 from wal_sink import ConfigError
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
@@ -162,6 +162,32 @@ def test_a_row_larger_than_max_allowed_packet_is_set_aside_not_retried(
     assert "more than the server's max_allowed_packet (1048576)" in entry["reason"]
 
 
+def test_a_server_whose_packets_cannot_hold_a_statement_is_refused_at_start(
+    db, mariadb, make_config
+):
+    """Under 1 MiB the sink's statements would be dropped with the connection at
+    every attempt, whatever the rows: one line at start instead."""
+    fresh(db, "CREATE TABLE big (k VARCHAR(8) PRIMARY KEY, v LONGTEXT) ENGINE=InnoDB")
+    with mariadb.root() as root, root.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.max_allowed_packet")
+        (before,) = cur.fetchone()
+        cur.execute("SET GLOBAL max_allowed_packet = 1047552")
+    try:
+        sink = SinkInstance(make_config(table="big"))
+        with pytest.raises(ConfigError) as refused:
+            sink.start()
+        sink.close()
+    finally:
+        with mariadb.root() as root, root.cursor() as cur:
+            cur.execute(f"SET GLOBAL max_allowed_packet = {before}")
+    assert str(refused.value) == (
+        "the server's max_allowed_packet is 1047552 bytes, and the sink sends "
+        "statements of up to 1024000 bytes: raise it to at least 1048576 (SET GLOBAL "
+        "max_allowed_packet = 1048576, and max_allowed_packet in the server's "
+        "configuration)"
+    )
+
+
 NESTED = (
     "k STRING, attrs STRUCT<colour: STRING, size: INT, price: DECIMAL(8,2), "
     "at: TIMESTAMP>, tags ARRAY<STRING>, scores MAP<STRING, DOUBLE>"
@@ -233,11 +259,12 @@ def test_a_nested_column_whose_target_is_not_json_or_text_is_refused(
     landing = tmp_path / "landing"
     landing.mkdir()
     (landing / "f.json").write_text('{"k": "a", "tags": ["x"]}\n')
+    (tmp_path / "job").mkdir()
     job_config = write_config(
-        tmp_path / "nested.toml",
+        tmp_path / "job" / "nested.toml",
         db,
-        tmp_path / "job",
-        f"""
+        job=JOB,
+        source=f"""
 [source]
 format = "json"
 path = "{landing}"

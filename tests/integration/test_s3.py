@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 from devtools.s3proxy import REGION, NoConditionalPut, S3Proxy
 from devtools.spark_cluster import standalone_cluster
 from devtools.spark_job import JobProcess, job_env
+from tests.conftest import JOB, write_config
 from tests.integration.test_cli import cli, totals
 from tests.integration.test_crash import BATCHES, run_writer
 from tests.integration.test_invariants import write_landing
@@ -61,34 +62,18 @@ def storage(s3) -> Storage:
     return Storage(endpoint=s3.endpoint, region=REGION, path_style=True)
 
 
-def s3_config(
-    path: Path, db, tmp: Path, s3, wal: str, *, table: str, source: str = ""
-) -> Path:
+def s3_config(path: Path, db, s3, wal: str, *, table: str, source: str = "") -> Path:
     """A sink config whose WAL (and so its quarantine) is ``wal`` on the server."""
-    path.write_text(f"""
-[sink]
-id = "{path.stem}"
-
-{source}
-
-[wal]
-path = "{wal}"
-min_vacuum_retention = "0s"  # the tests vacuum files a moment old
-
-{s3.storage_toml()}
-
-[mysql]
-url = "{db.url}"
-table = "{table}"
-key = ["k"]
-merge = {{ amount = "add" }}
-
-[job]
-checkpoint = "{tmp / "checkpoint"}"
-trigger = "1 second"
-spark_conf = {{ "spark.sql.shuffle.partitions" = 2 }}
-""")
-    return path
+    return write_config(
+        path,
+        db,
+        table=table,
+        wal_path=wal,
+        source=source,
+        wal='min_vacuum_retention = "0s"  # the tests vacuum files a moment old',
+        job=JOB,
+        sections=s3.storage_toml(),
+    )
 
 
 def landing_source(landing: Path, files_per_trigger: int = 2) -> str:
@@ -117,7 +102,6 @@ def test_job_killed_while_staging_to_s3_lands_exactly_once(db, s3, bucket, tmp_p
     config = s3_config(
         tmp_path / "s3kill.toml",
         db,
-        tmp_path,
         s3,
         wal,
         table="s3_totals",
@@ -127,7 +111,7 @@ def test_job_killed_while_staging_to_s3_lands_exactly_once(db, s3, bucket, tmp_p
     log = tmp_path / "job.log"
     survive_kills_then_drain(config, log, lambda: arrive(landing, expected, 50, 0.5))
     assert job_totals(db, "s3_totals") == expected
-    staged = WalReader(wal, storage(s3)).staged_batches()
+    staged = WalReader(wal, storage=storage(s3)).staged_batches()
     assert staged and set(staged) <= set(acked_ids(db))
     assert acked_ids(db) == list(range(len(acked_ids(db)))), "each batch once, in order"
     text = log.read_text()
@@ -157,9 +141,7 @@ def test_kill_between_files_written_and_commit_on_s3_is_exact(db, s3, bucket, tm
     )
     wal = f"{bucket}/wal"
     expected = write_landing(tmp_path / "landing", BATCHES)
-    config = s3_config(
-        tmp_path / "crashy.toml", db, tmp_path, s3, wal, table="s3_crash"
-    )
+    config = s3_config(tmp_path / "crashy.toml", db, s3, wal, table="s3_crash")
     log = tmp_path / "writer.log"
 
     code = run_writer(config, tmp_path / "landing", "stage.before_commit:1", log)
@@ -191,7 +173,6 @@ def test_purge_while_the_job_stages_on_s3_keeps_every_unacked_batch(
     config = s3_config(
         tmp_path / "s3purge.toml",
         db,
-        tmp_path,
         s3,
         wal,
         table="s3_purged",
@@ -224,7 +205,7 @@ def test_purge_while_the_job_stages_on_s3_keeps_every_unacked_batch(
     assert removed > 0, purges
     # Purge drops the ack rows of purged batches, all but the newest.
     acked = acked_ids(db)
-    reader = WalReader(wal, storage(s3))
+    reader = WalReader(wal, storage=storage(s3))
     staged = reader.staged_batches()
     assert set(staged) <= set(acked), "whatever is still staged is applied"
     assert acked[-1] == reader.last_staged("s3purge"), "up to the last staged batch"
@@ -244,7 +225,6 @@ def test_job_on_a_standalone_cluster_writes_the_wal_to_s3(db, s3, bucket, tmp_pa
     config = s3_config(
         tmp_path / "s3cluster.toml",
         db,
-        tmp_path,
         s3,
         f"{bucket}/wal",
         table="s3_cluster",
@@ -295,7 +275,7 @@ def s3_wal_state(spark_with_s3_credentials, db, s3, bucket, tmp_path):
         "ENGINE=InnoDB"
     )
     config_path = s3_config(
-        tmp_path / "ops.toml", db, tmp_path, s3, f"{bucket}/wal", table="ops_totals"
+        tmp_path / "ops.toml", db, s3, f"{bucket}/wal", table="ops_totals"
     )
     instance = SinkInstance(load_config(config_path))
     committer = instance.start()
@@ -374,7 +354,6 @@ def test_store_ignoring_conditional_puts_is_refused_with_one_line(
         config = s3_config(
             tmp_path / "unsafe.toml",
             db,
-            tmp_path,
             s3,
             wal,
             table="s3_unsafe",

@@ -154,3 +154,52 @@ def test_a_password_file_that_is_not_utf8_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="is not UTF-8 text") as info:
         mysql_password(config.mysql)
     assert "\n" not in str(info.value) and "p\xe4ss" not in str(info.value)
+
+
+KAFKA = {"format": "kafka", "schema": "k STRING", "options": {"subscribe": "t"}}
+JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    f'username="sink" password="{SECRET}";'
+)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("kafka.sasl.jaas.config", JAAS),
+        ("kafka.ssl.keystore.password", SECRET),
+        ("kafka.ssl.truststore.password", SECRET),
+        ("kafka.sasl.client.secret", SECRET),
+    ],
+)
+def test_source_options_refuse_secrets_and_name_the_way_out(key, value):
+    source = {**KAFKA, "options": {"subscribe": "t", key: value}}
+    line = refused(base(source=source))
+    assert line.startswith(f"source.options: {key!r} holds a secret"), line
+    assert f'source.options_env ({{ "{key}" = "VARIABLE" }})' in line
+
+
+def test_source_secrets_come_from_the_environment_when_the_query_starts(monkeypatch):
+    source = {
+        **KAFKA,
+        "options": {"subscribe": "t", "kafka.ssl.key.location": "/etc/k.pem"},
+        "options_env": {"kafka.sasl.jaas.config": "TEST_KAFKA_JAAS"},
+    }
+    config = config_from_dict(base(source=source))
+    monkeypatch.delenv("TEST_KAFKA_JAAS", raising=False)
+    with pytest.raises(ConfigError) as unset:
+        config.source.reader_options()
+    assert str(unset.value) == (
+        "source.options_env names the environment variable 'TEST_KAFKA_JAAS', "
+        "which is not set"
+    )
+    monkeypatch.setenv("TEST_KAFKA_JAAS", JAAS)
+    assert config.source.reader_options() == {
+        "subscribe": "t",
+        "kafka.ssl.key.location": "/etc/k.pem",
+        "kafka.sasl.jaas.config": JAAS,
+    }
+    both = {**source, "options": {"kafka.sasl.jaas.config": "x"}}
+    assert "'kafka.sasl.jaas.config' is in both options and options_env" in refused(
+        base(source=both)
+    )

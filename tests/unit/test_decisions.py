@@ -9,6 +9,16 @@ import threading
 
 import pymysql
 import pytest
+from deltalake.exceptions import (
+    DeltaProtocolError,
+    SchemaMismatchError,
+    TableNotFoundError,
+)
+from obstore.exceptions import (
+    NotFoundError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+)
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from wal_sink.config import MysqlConfig
@@ -19,6 +29,7 @@ from wal_sink.protocol.recovery import (
     check_checkpoint,
     check_commit_log,
     groups,
+    pending_batches,
 )
 from wal_sink.protocol.retry import OutageBudget, RetryStopped
 from wal_sink.spark.source import scaled_rate_limits
@@ -64,6 +75,28 @@ def test_commit_log_ahead_of_what_the_sink_knows_is_refused(
         assert "\n" not in str(info.value)
     else:
         check_commit_log("s", "/cp", committed, known)
+
+
+@pytest.mark.parametrize(
+    "staged, acked, last, newest, staged_without_files, pending",
+    [
+        ({3, 4, 5}, {3}, 5, 3, set(), [4, 5]),  # applied up to 3
+        ({3, 4, 5}, {3, 5}, 5, 5, set(), [4]),  # a gap: 4 is listed, 5 is not
+        ({4, 5}, set(), 5, None, set(), [4, 5]),  # nothing acked yet
+        (set(), set(), 7, 7, {8}, []),  # all applied, files purged
+        ({6}, set(), 8, 5, {7, 8}, [6, 7, 8]),  # 7, 8: empty or missing files
+        ({6}, set(), 8, 5, {8}, [6, 8]),  # 7 was never staged (a skipped id)
+        (set(), set(), 9, None, {9}, [9]),  # the only batch lost its files
+        ({2}, set(), 4, 1, {1, 3, 4}, [2, 3, 4]),  # 1: acked, its files purged
+    ],
+)
+def test_pending_batches_are_the_staged_ones_without_an_ack(
+    staged, acked, last, newest, staged_without_files, pending
+):
+    assert (
+        pending_batches(staged, acked, last, newest, staged_without_files.__contains__)
+        == pending
+    )
 
 
 def test_groups_are_consecutive_and_bounded_by_rows():
@@ -119,6 +152,23 @@ def test_storage_errors_are_transient_or_terminal(error, transient):
     wrapped = storage_error(error, "/wal", sink_id="s", batch_id=2)
     assert isinstance(wrapped, TransientError if transient else TerminalError)
     assert wrapped.batch_id == 2 and "\n" not in str(wrapped)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TableNotFoundError("no log files; connection reset"),
+        DeltaProtocolError("unsupported reader feature; try again, timed out"),
+        SchemaMismatchError("cannot cast; 503"),
+        NotFoundError("Object at location wal/x: error sending request"),
+        PermissionDeniedError("Access Denied: 503 Slow Down"),
+        UnauthenticatedError("expired token; temporarily unavailable"),
+    ],
+)
+def test_a_storage_errors_class_decides_before_its_text(error):
+    """Errors whose class says a retry cannot help stop the sink, whatever words
+    of a passing outage their message holds."""
+    assert isinstance(storage_error(error, "/wal"), TerminalError)
 
 
 def test_outage_budget_backs_off_then_gives_up():

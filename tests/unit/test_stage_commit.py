@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
@@ -26,6 +27,7 @@ from wal_sink.storage import Storage
 from wal_sink.wal.applied_position import AppliedPosition
 from wal_sink.wal.log_tail import LogTail
 from wal_sink.wal.maintenance import vacuum
+from wal_sink.wal.quarantine import Quarantine
 from wal_sink.wal.reader import WalReader
 from wal_sink.wal.task_files import TaskFile, wal_schema, write_task_file
 from wal_sink.wal.writer import WalWriter
@@ -161,6 +163,64 @@ def test_a_run_taking_the_wal_during_a_commit_fences_it(tmp_path):
     staged = WalReader(config.wal_path).staged_batch(1)
     assert {f.uri.rsplit("/", 1)[1] for f in staged.files} == {
         f.file.path.rsplit("/", 1)[1] for f in new_files
+    }
+
+
+def test_a_writer_that_loses_the_creation_of_the_wal_commits_to_the_winners(
+    tmp_path,
+):
+    """Two first stages at once: the one whose creation of the WAL fails because
+    the other's exists commits its batch to that table."""
+    config = make_config(tmp_path, max_pending=10)
+    files, first_files = task_files(config, 1), task_files(config, 0)
+
+    class Raced(WriterRun):
+        raced = False
+
+        def transactions(self, table, batch_id=None):
+            if table is None and not Raced.raced:  # it saw no WAL; then one appears
+                Raced.raced = True
+                WalWriter(config.wal_path, "ds").commit(
+                    0, [f.file for f in first_files], _file_schema()
+                )
+            return super().transactions(table, batch_id)
+
+    late = WalWriter(config.wal_path, "ds")
+    assert late.commit(1, [f.file for f in files], _file_schema(), Raced("ds", "r"))
+    assert Raced.raced
+    assert sorted(WalReader(config.wal_path).staged_batches()) == [0, 1]
+
+
+def test_a_quarantine_created_meanwhile_is_written_to(tmp_path):
+    """Two sinks' processes set rows aside at once: the one that finds the table
+    created by the other since it looked appends to it."""
+    path = str(tmp_path / "quarantine")
+    row = {"record": "{}", "reason": "r", "batch_id": 0, "entry_seq": 0}
+
+    class Late(Quarantine):
+        looked = False
+
+        def table(self):
+            if not Late.looked:  # it sees no table; then another creates it
+                Late.looked = True
+                Quarantine(path, "ds").append([row_of("first", row)], "ds:a", 0)
+                return None
+            return super().table()
+
+    assert Late(path, "ds").append([row_of("second", row)], "ds:b", 0)
+    assert sorted(e["entry_id"] for e in Quarantine(path, "ds").read(10)) == [
+        "first",
+        "second",
+    ]
+
+
+def row_of(entry_id: str, fields: dict) -> dict:
+    return {
+        **fields,
+        "sink_id": "ds",
+        "entry_id": entry_id,
+        "apply_id": None,
+        "recorded_at": datetime.now(timezone.utc),
     }
 
 

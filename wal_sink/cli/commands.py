@@ -132,11 +132,20 @@ def status(
 def recover(ctx: click.Context) -> None:
     """Apply every staged batch without an ack, in order (the job's start-up path).
 
-    Takes the lease: a running job of this sink is fenced and stops.
+    Takes the lease: a running job of this sink is fenced and stops. Refuses (exit
+    2) when Spark's commit log at job.checkpoint holds a batch above everything the
+    WAL and the ack table know: the WAL it was staged into is gone.
 
     Example: wal-sink -c conf/local.toml recover
     """
+    from wal_sink.protocol.recovery import check_commit_log
+    from wal_sink.protocol.spark_commit_log import committed_before_start
+
     with _instance(ctx) as sink:
+        committed = committed_before_start(sink.config)
+        sink.start()
+        if committed is not None:
+            check_commit_log(sink.sink_id, *committed, sink.known)
         results = sink.recover()
     if not results:
         out.print("nothing to recover: every staged batch has an ack")

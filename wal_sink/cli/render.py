@@ -11,7 +11,7 @@ from rich.text import Text
 from wal_sink.protocol.committer import CommitResult
 from wal_sink.protocol.quarantine_entries import ListedEntry
 from wal_sink.protocol.status import SinkStatus
-from wal_sink.wal.reader import StagedBatch
+from wal_sink.wal.model import StagedBatch
 
 
 def status_table(st: SinkStatus) -> RichTable:

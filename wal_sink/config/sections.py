@@ -1,7 +1,8 @@
 """The sections of the TOML contract (docs/configuration.md) as frozen pydantic
 dataclasses: each field's type, default and one-line docstring are written once;
-validation, the JSON Schema and the README's key table follow from them. Relative
-paths are resolved here, once, against the base directory the loader passes in."""
+validation, the JSON Schema and the generated configuration reference follow from
+them. Relative paths are resolved here, once, against the base directory the loader
+passes in."""
 
 from __future__ import annotations
 
@@ -28,12 +29,17 @@ from wal_sink.config.values import (
     Seconds,
     mysql_url,
 )
+from wal_sink.errors import ConfigError
 from wal_sink.storage import CREDENTIAL, Storage, is_s3
 
 SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RESERVED_PREFIX = "_wal_"
 TOMBSTONE_SUFFIX = "_tombstones"
+# Source options that hold a secret: a password or secret by name, or a JAAS
+# configuration with a password in it (Kafka's sasl.jaas.config).
+SECRET_OPTION = re.compile(r"(password|secret)$", re.IGNORECASE)
+SECRET_VALUE = re.compile(r"password\s*=", re.IGNORECASE)
 SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
@@ -90,7 +96,23 @@ class SourceConfig:
     schema: Text | None = None
     """Spark DDL schema of the records (file formats; kafka's JSON value)."""
     options: dict[str, Any] = Field(default_factory=dict)
-    """Passed unchanged to the Spark reader (maxFilesPerTrigger, subscribe, ...)."""
+    """Passed unchanged to the Spark reader (maxFilesPerTrigger, subscribe, ...);
+    never a secret: see options_env."""
+    options_env: dict[str, Text] = Field(default_factory=dict)
+    """Reader options whose value is read from the named environment variable when
+    the query starts, for secrets (kafka.sasl.jaas.config, a keystore password)."""
+
+    @field_validator("options")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, text in value.items():
+            if SECRET_OPTION.search(str(key)) or SECRET_VALUE.search(str(text)):
+                raise ValueError(
+                    f"{key!r} holds a secret, which a config file spreads to everyone "
+                    "who reads or copies it: put the value in an environment variable "
+                    f'and name it in source.options_env ({{ "{key}" = "VARIABLE" }})'
+                )
+        return value
 
     @model_validator(mode="after")
     def _needs(self) -> SourceConfig:
@@ -98,7 +120,25 @@ class SourceConfig:
             raise ValueError(f"source.path is required for format {self.format!r}")
         if self.format in ("json", "csv", "kafka") and not self.schema:
             raise ValueError(f"source.schema is required for format {self.format!r}")
+        both = sorted(set(self.options) & set(self.options_env))
+        if both:
+            raise ValueError(f"{both[0]!r} is in both options and options_env")
         return self
+
+    def reader_options(self) -> dict[str, Any]:
+        """``options`` with each ``options_env`` key's value read from its variable.
+
+        Raises:
+            ConfigError: naming the variable (never a value) when it is unset.
+        """
+        missing = [v for v in self.options_env.values() if v not in os.environ]
+        if missing:
+            raise ConfigError(
+                f"source.options_env names the environment variable {missing[0]!r}, "
+                "which is not set"
+            )
+        secrets = {key: os.environ[v] for key, v in self.options_env.items()}
+        return {**self.options, **secrets}
 
 
 @dataclass(frozen=True, config=SECTION)

@@ -69,8 +69,9 @@ class BulkLoader:
 
     @staticmethod
     def supports(conn: Connection, schema: pa.Schema) -> bool:
-        """MariaDB, types with a text form, and a connection of the sink's own
-        engine, which sends the server no file but the one being loaded."""
+        """MariaDB, types with a text form, no '%' in a column name, and a
+        connection of the sink's own engine, which sends the server no file but the
+        one being loaded."""
         guarded = isinstance(conn.connection.dbapi_connection, GuardedConnection)
         if not guarded:
             log.warning(
@@ -78,7 +79,10 @@ class BulkLoader:
                 "could send the server any file it asks for; using multi-row "
                 "INSERTs instead"
             )
-        return guarded and conn.dialect.is_mariadb and renderable(schema)
+        # A '%' in a column name: the statements here quote names for the driver's
+        # formatting, and not every one of them is formatted; the row path takes it.
+        plain = not any("%" in name for name in schema.names)
+        return guarded and conn.dialect.is_mariadb and renderable(schema) and plain
 
     def apply(self, conn: Connection, chunk: pa.RecordBatch) -> int:
         """Upsert ``chunk`` set-based; raise BulkLoadRefused or a DBAPIError."""

@@ -9,12 +9,10 @@ isolates the rejected rows value by value.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import pyarrow as pa
-from pymysql.cursors import RE_INSERT_VALUES
-from sqlalchemy import Connection
+from sqlalchemy import Connection, literal_column
 from sqlalchemy.dialects.mysql import Insert
 
 from wal_sink.mysql.arrow_text import finite, renderable, sql_rows
@@ -27,19 +25,26 @@ class MultiRowUpsert:
     def __init__(
         self, conn: Connection, upsert: Insert, columns: Sequence[str]
     ) -> None:
-        compiled = upsert.compile(dialect=conn.dialect, column_keys=list(columns))
-        match = RE_INSERT_VALUES.match(str(compiled))
-        if match is None:
-            raise ValueError("not a multi-row INSERT this path can build")
-        prefix, values, postfix = match.groups()
-        # Bind names are the column names with characters such as a space replaced
-        # (SQLAlchemy's escaped_bind_names); they never hold ")".
-        original = {v: k for k, v in compiled.escaped_bind_names.items()}
-        order = [original.get(n, n) for n in re.findall(r"%\(([^)]+)\)s", values)]
-        if "%" in prefix + postfix or sorted(order) != sorted(columns):
+        # SQLAlchemy renders the statement with a marker for each value, so the
+        # VALUES row is known without parsing SQL: what stands before it and after
+        # it is the statement's prefix and postfix.
+        marks = {c: f"__wal_sink_value_{i}__" for i, c in enumerate(columns)}
+        statement = upsert.values({c: literal_column(m) for c, m in marks.items()})
+        sql = str(statement.compile(dialect=conn.dialect))
+        order = sorted(columns, key=lambda c: sql.find(marks[c]))
+        prefix, values, postfix = sql.partition(
+            "(" + ", ".join(marks[c] for c in order) + ")"
+        )
+        if not values or "__wal_sink_value_" in postfix:
             raise ValueError("not a multi-row INSERT this path can build")
         self.columns = order  # the statement's column order
-        self.prefix, self.postfix = prefix, postfix
+        # Sent without parameters: a '%' of a column name, which SQLAlchemy doubles
+        # for the driver's formatting, is undoubled here as the driver would; a
+        # placeholder outside VALUES (none is expected) leaves it to the driver.
+        try:
+            self.prefix, self.postfix = prefix % (), postfix % ()
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError("not a multi-row INSERT this path can build") from e
 
     @classmethod
     def for_schema(

@@ -11,10 +11,15 @@ from sqlalchemy.types import Date, DateTime, Float, Integer, Numeric, Time
 
 from wal_sink.config import Config
 from wal_sink.errors import ConfigError
+from wal_sink.mysql.multi_row import MAX_STATEMENT_BYTES
 from wal_sink.mysql.unique_keys import refuse_unique_conflicts
 
 # SQLAlchemy 2.1's Float is not a Numeric subclass: name both.
 NUMBERS = (Integer, Numeric, Float)
+
+# A statement of MAX_STATEMENT_BYTES with its INSERT and ON DUPLICATE KEY UPDATE
+# parts fits in a packet of 1 MiB.
+MIN_PACKET = 1_048_576
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,7 @@ def preflight(
         _check_columns(config, target)
         refuse_unique_conflicts(conn, config, target.name, stream_columns)
         _check_strict(conn)
+        _check_packet(conn)
         warnings = _durability_warnings(conn)
     for warning in warnings:
         log.warning("%s", warning)
@@ -91,6 +97,20 @@ def _check_strict(conn: Connection) -> None:
             "values would be silently truncated. Allow the sink to set sql_mode"
         )
     _check_division_by_zero(mode)
+
+
+def _check_packet(conn: Connection) -> None:
+    """The sink sends statements of up to MAX_STATEMENT_BYTES, as PyMySQL's
+    executemany does: under a smaller max_allowed_packet the server would drop the
+    connection at every attempt, an outage to the sink that no retry cures."""
+    packet = int(conn.execute(text("SELECT @@max_allowed_packet")).scalar_one())
+    if packet < MIN_PACKET:
+        raise ConfigError(
+            f"the server's max_allowed_packet is {packet} bytes, and the sink sends "
+            f"statements of up to {MAX_STATEMENT_BYTES} bytes: raise it to at least "
+            f"{MIN_PACKET} (SET GLOBAL max_allowed_packet = {MIN_PACKET}, and "
+            "max_allowed_packet in the server's configuration)"
+        )
 
 
 def _check_division_by_zero(mode: str) -> None:

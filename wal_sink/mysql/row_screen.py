@@ -47,6 +47,8 @@ RECORD_CUT = 1000
 """Longest text or bytes value kept in the quarantine record of an oversized row."""
 NOT_UTF8 = "text that is not UTF-8 in column(s)"
 OVER_PACKET = "more than the server's max_allowed_packet"
+CUT = f"values are cut to {RECORD_CUT} characters in this record"
+"""Said by the reason of every record that holds less than its row."""
 
 
 def is_nested(kind: pa.DataType) -> bool:
@@ -137,8 +139,7 @@ def oversized(
         return {}
     return {
         i: f"the row's statement would take up to {size} bytes, {OVER_PACKET} "
-        f"({max_packet}); values are cut to "
-        f"{RECORD_CUT} characters in this record, and the whole row stays in the "
+        f"({max_packet}); {CUT}, and the whole row stays in the "
         "WAL until its batch is purged (wal-sink inspect)"
         for i, (size, is_over) in enumerate(zip(sizes.to_pylist(), over.to_pylist()))
         if is_over
@@ -149,7 +150,7 @@ def record_is_partial(reason: str) -> bool:
     """Whether the quarantine record of a row set aside for ``reason`` holds less
     than the row: values cut (an oversized row) or bytes shown in hex (text that is
     not UTF-8). The whole row stays in the WAL until its batch is purged."""
-    return reason.startswith(NOT_UTF8) or OVER_PACKET in reason
+    return reason.startswith(NOT_UTF8) or CUT in reason
 
 
 def row_record(

@@ -56,8 +56,15 @@ ANOTHER_ROW = literal_column("1/0")
 def build_upsert(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> Insert:
     """INSERT … ON DUPLICATE KEY UPDATE for rows carrying ``columns``."""
     stmt = insert(table)
+    # SQLAlchemy 2.1 escapes a '%' of a column name twice in ``stmt.inserted``
+    # (VALUES(`a%%%%b`), new.`a%%%%b`), and MySQL then finds no column `a%%b`:
+    # such a column is read as VALUES(table.col), which it escapes once.
+    incoming = {
+        c.name: func.values(c) if "%" in c.name else stmt.inserted[c.name]
+        for c in table.columns
+    }
     return stmt.on_duplicate_key_update(
-        update_assignments(table, columns, mysql, stmt.inserted)
+        update_assignments(table, columns, mysql, incoming)
     )
 
 

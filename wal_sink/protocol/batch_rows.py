@@ -41,8 +41,9 @@ from wal_sink.mysql.unique_keys import AnotherRow, refuse_unique_conflicts
 from wal_sink.mysql.upsert import build_delete, build_upsert
 from wal_sink.protocol.screen import Screen, Screened
 from wal_sink.protocol.versioned_cdc import VersionedCdc
+from wal_sink.wal.model import StagedBatch
 from wal_sink.wal.quarantine import Entry
-from wal_sink.wal.reader import StagedBatch, WalReader
+from wal_sink.wal.reader import WalReader
 
 log = logging.getLogger(__name__)
 

@@ -30,25 +30,44 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import pyarrow as pa
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink import faults
-from wal_sink.config import Config
 from wal_sink.errors import FencedError, TerminalError, TransientError, first_line
 from wal_sink.metrics import SinkMetrics
-from wal_sink.mysql.acks import Ack, AckTable
+from wal_sink.mysql.acks import Ack
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.lease import check as check_lease
-from wal_sink.mysql.row_screen import row_record
-from wal_sink.mysql.tables import APPLIED, QUARANTINED, sink_tables
+from wal_sink.mysql.row_screen import CUT, RECORD_CUT, row_record
+from wal_sink.mysql.tables import APPLIED, QUARANTINED
 from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
-from wal_sink.protocol.outbox import Outbox
+from wal_sink.protocol.parts import SinkParts
 from wal_sink.protocol.retry import OutageBudget
-from wal_sink.wal.quarantine import Entry, Quarantine
-from wal_sink.wal.reader import BatchState, StagedBatch, WalReader
+from wal_sink.wal.model import BatchState, StagedBatch
+from wal_sink.wal.quarantine import Entry, record_json
 
 log = logging.getLogger(__name__)
+
+
+# A record of a batch set aside whole longer than this is cut: its outbox row has
+# to fit in a statement the server takes (preflight holds max_allowed_packet to at
+# least 1 MiB), or the set-aside would fail at every attempt.
+WHOLE_RECORD_BYTES = 512_000
+
+
+def _whole(chunk: pa.RecordBatch, index: int, reason: str) -> Entry:
+    """Row ``index`` of a batch set aside whole, as its quarantine entry."""
+    record = row_record(chunk, index)
+    size = len(record_json(record).encode())
+    if size <= WHOLE_RECORD_BYTES:
+        return Entry(record, reason)
+    return Entry(
+        row_record(chunk, index, RECORD_CUT),
+        f"{reason}; the record would take {size} bytes: {CUT}, and the whole row "
+        "stays in the WAL until its batch is purged (wal-sink inspect)",
+    )
 
 
 @dataclass(frozen=True)
@@ -70,30 +89,28 @@ class Committer:
 
     def __init__(
         self,
-        config: Config,
+        parts: SinkParts,
         engine: Engine,
-        wal: WalReader,
+        rows: RowApplier,
         epoch: int,
         stop: threading.Event | None = None,
         metrics: SinkMetrics | None = None,
     ) -> None:
-        self.config = config
-        self.metrics = metrics or SinkMetrics(config.sink.id)
+        """``parts`` and ``rows`` (applying on ``engine``) as the sink instance
+        assembled them; ``epoch`` is the lease this committer holds."""
+        self.config = parts.config
+        self.metrics = metrics or SinkMetrics(parts.config.sink.id)
         self.engine = engine
-        self.wal = wal
+        self.wal = parts.wal
         self.epoch = epoch
         self.stop = stop
-        tables = sink_tables(config.mysql)
-        self.lease = tables.lease
-        self.acks = AckTable(tables.ack, config.sink.id)
-        self.quarantine = Quarantine(
-            config.quarantine_path, config.sink.id, storage=config.storage
-        )
-        self.outbox = Outbox(tables.outbox, config.sink.id, self.quarantine)
+        self.lease = parts.tables.lease
+        self.acks = parts.acks
+        self.outbox = parts.outbox
         self._outbox_filled = True
         """Rows may wait in the outbox: put there by an apply, left by a failed
         drain, or by an earlier process (hence True at first)."""
-        self.rows = RowApplier(config, engine, wal)
+        self.rows = rows
 
     @property
     def sink_id(self) -> str:
@@ -276,9 +293,7 @@ class Committer:
         )
         put = 0
         for chunk in self.wal.read_batch(batch, self.config.wal.chunk_rows):
-            entries = [
-                Entry(row_record(chunk, i), reason) for i in range(chunk.num_rows)
-            ]
+            entries = [_whole(chunk, i, reason) for i in range(chunk.num_rows)]
             self.outbox.put(conn, apply_id, batch.batch_id, entries)
             put += len(entries)
         return put

@@ -27,7 +27,7 @@ from wal_sink.errors import StopRequested
 from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.recovery import groups
-from wal_sink.wal.reader import StagedBatch
+from wal_sink.wal.model import StagedBatch
 
 log = logging.getLogger(__name__)
 

@@ -11,15 +11,17 @@ staged beyond it is not. The same code path serves the job's start and
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from wal_sink.errors import CheckpointResetError
 from wal_sink.mysql.acks import AckTable
 from wal_sink.protocol.committer import CommitResult, Committer
-from wal_sink.wal.reader import BatchState, StagedBatch, WalReader
+from wal_sink.protocol.parts import SinkParts
+from wal_sink.wal.model import BatchState, StagedBatch
+from wal_sink.wal.reader import WalReader
 
 log = logging.getLogger(__name__)
 
@@ -101,14 +103,10 @@ def unacked_batches(
     conn: Connection,
     staged: dict[int, StagedBatch],
 ) -> list[int]:
-    """Staged batches without an ack row, in batch order.
+    """Staged batches without an ack row, in batch order (``pending_batches``).
 
     ``staged`` is ``wal.staged_batches()``, listed by the caller after a refresh
-    (every caller needs that listing too). Batches with files are found in it; a
-    batch staged beyond the newest ack with no files is either empty (staged by
-    wal_sink 0.1 without any file: it is acked with no rows) or missing, whose files
-    were removed: it is listed, and applying it fails naming it (I1), rather than
-    being skipped.
+    (every caller needs that listing too).
     """
     last = wal.last_staged(acks.sink_id)
     if last is None:
@@ -116,12 +114,41 @@ def unacked_batches(
     newest = acks.newest(conn)
     first = min(staged, default=last)
     acked = acks.acked_between(conn, first, last) if staged else set()
+    return pending_batches(
+        staged,
+        acked,
+        last,
+        newest,
+        lambda b: wal.state_without_files(b, acks.sink_id) is not BatchState.NOT_STAGED,
+    )
+
+
+def pending_batches(
+    staged: Iterable[int],
+    acked: set[int],
+    last: int,
+    newest: int | None,
+    was_staged: Callable[[int], bool],
+) -> list[int]:
+    """The batches to apply, in order, from what the WAL and the ack table say.
+
+    ``staged`` are the batches with files in the WAL, ``acked`` the acked ones
+    among them or between them and ``last`` (the highest batch the WAL's app
+    transaction records), ``newest`` the newest ack row. Batches with files are
+    listed unless acked; a batch beyond the newest ack with no files is listed when
+    the WAL's history says it was staged (``was_staged``): empty (staged by
+    wal_sink 0.1 without any file: it is acked with no rows) or missing, whose
+    files were removed, so that applying it fails naming it (I1) rather than it
+    being skipped.
+    """
+    staged = set(staged)
     pending = {b for b in staged if b not in acked}
+    first = min(staged, default=last)
     start = newest + 1 if newest is not None else first
     for batch_id in range(start, last + 1):
         if batch_id in staged or batch_id in acked:
             continue
-        if wal.state_without_files(batch_id, acks.sink_id) is not BatchState.NOT_STAGED:
+        if was_staged(batch_id):
             pending.add(batch_id)
     return sorted(pending)
 
@@ -147,22 +174,25 @@ def groups(batches: Iterable[tuple[int, int]], max_rows: int) -> list[list[int]]
     return result
 
 
-def recover(committer: Committer) -> list[CommitResult]:
+def recover(
+    committer: Committer, parts: SinkParts, engine: Engine
+) -> list[CommitResult]:
     """Apply every staged-but-unacked batch, oldest first, consecutive ones in
-    shared transactions."""
-    committer.wal.refresh()
-    staged = committer.wal.staged_batches()
-    with committer.engine.connect() as conn:
-        pending = unacked_batches(committer.wal, committer.acks, conn, staged)
+    shared transactions, with ``committer`` (which holds the lease)."""
+    wal, acks = parts.wal, parts.acks
+    wal.refresh()
+    staged = wal.staged_batches()
+    with engine.connect() as conn:
+        pending = unacked_batches(wal, acks, conn, staged)
     if not pending:
         return []
     log.info(
         "sink %s: recovering %d unacked batch(es): %s",
-        committer.sink_id,
+        acks.sink_id,
         len(pending),
         _span(pending),
     )
-    max_rows = committer.config.mysql.max_transaction_rows
+    max_rows = parts.config.mysql.max_transaction_rows
     # A batch without files goes alone (counted over the limit): should it turn out
     # missing, the batches before it are applied first.
     sizes = [(b, staged[b].rows if b in staged else max_rows + 1) for b in pending]

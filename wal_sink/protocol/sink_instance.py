@@ -17,25 +17,22 @@ from wal_sink.config import Config
 from wal_sink.errors import ConfigError, WalSinkError, first_line
 from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
-from wal_sink.mysql.acks import AckTable
 from wal_sink.mysql.engine import make_engine
 from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.mysql.preflight import preflight
-from wal_sink.mysql.retry_state import RetryStates
-from wal_sink.mysql.tables import init_db, sink_tables
+from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.tombstones import Tombstones
 from wal_sink.mysql.unique_keys import refuse_unique_conflicts
+from wal_sink.protocol.batch_rows import RowApplier
 from wal_sink.protocol.committer import CommitResult, Committer
+from wal_sink.protocol.parts import SinkParts
 from wal_sink.protocol.quarantine_entries import quarantine_counts
 from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
 from wal_sink.wal.conditional_put import check_conditional_put
 from wal_sink.wal.ownership import QUARANTINE, WAL, adopt
-from wal_sink.wal.quarantine import Quarantine
-from wal_sink.wal.reader import WalReader
 from wal_sink.wal.storage_errors import storage_error
-from wal_sink.wal.writer import WalWriter
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -61,15 +58,14 @@ class SinkInstance:
         self.config = config
         self.metrics = metrics or SinkMetrics(config.sink.id)
         self._engine = engine
-        self.wal = WalReader(config.wal_path, config.storage, config.sink.id)
-        self.writer = WalWriter(config.wal_path, config.sink.id, config.storage)
-        self.quarantine = Quarantine(
-            config.quarantine_path, config.sink.id, storage=config.storage
-        )
-        self.tables = sink_tables(config.mysql)
-        self.acks = AckTable(self.tables.ack, config.sink.id)
-        self.retries = RetryStates(self.tables.retry, config.sink.id)
-        """What ``wal-sink quarantine retry`` did with quarantine entries."""
+        self.parts = SinkParts.of(config)
+        """Assembled once; the committer and recovery receive them from here."""
+        self.wal = self.parts.wal
+        self.writer = self.parts.writer
+        self.quarantine = self.parts.quarantine
+        self.tables = self.parts.tables
+        self.acks = self.parts.acks
+        self.retries = self.parts.retries
         self.stop = stop or threading.Event()
         """Set to give up waiting on MySQL at once (a second SIGTERM)."""
         self.committer: Committer | None = None
@@ -208,9 +204,14 @@ class SinkInstance:
         self.metrics.batches_quarantined.set(len(set_aside))
         self.metrics.follow_quarantine(self._quarantine_counts)
         self.metrics.lease_held.set(1)
-        return Committer(
-            self.config, self.engine, self.wal, epoch, self.stop, self.metrics
-        )
+        return self.committer_at(epoch)
+
+    def committer_at(self, epoch: int) -> Committer:
+        """The committer of this sink as the holder of lease ``epoch``: the one
+        place it is put together from the sink's parts. ``start`` takes the lease
+        first; a committer whose epoch is not the lease's is fenced at COMMIT."""
+        rows = RowApplier(self.config, self.engine, self.wal)
+        return Committer(self.parts, self.engine, rows, epoch, self.stop, self.metrics)
 
     def _quarantine_counts(self) -> tuple[int, int]:
         """Open and retried quarantine entries (for the metrics)."""
@@ -219,7 +220,7 @@ class SinkInstance:
 
     def recover(self) -> list[CommitResult]:
         """Apply every staged batch without an ack, in order."""
-        return recover(self.start())
+        return recover(self.start(), self.parts, self.engine)
 
     def close(self) -> None:
         if self._engine is not None:

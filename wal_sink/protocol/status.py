@@ -16,7 +16,6 @@ from sqlalchemy.exc import ProgrammingError
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.retry_state import RetryCounts
 from wal_sink.mysql.tombstones import Tombstones
-from wal_sink.protocol.outbox import Outbox
 from wal_sink.protocol.quarantine_entries import QuarantineCounts
 from wal_sink.protocol.recovery import unacked_batches
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -92,9 +91,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
             acks = sink.acks.summary(conn)
             set_aside = sink.acks.set_aside(conn)
             unacked = unacked_batches(wal, sink.acks, conn, staged)
-            outbox = Outbox(sink.tables.outbox, sink.sink_id, sink.quarantine).waiting(
-                conn
-            )
+            outbox = sink.parts.outbox.waiting(conn)
             lease_row = conn.execute(
                 select(lease.c.epoch, lease.c.holder, lease.c.acquired_at).where(
                     lease.c.sink_id == sink.sink_id

@@ -34,7 +34,8 @@ def read_source(spark: SparkSession, config: Config, rate_scale: int = 1) -> Dat
     src = config.source
     if src is None:
         raise ConfigError("config section [source] is missing; the job needs it")
-    reader = spark.readStream.options(**scaled_rate_limits(src.options, rate_scale))
+    options = scaled_rate_limits(src.reader_options(), rate_scale)
+    reader = spark.readStream.options(**options)
     schema = (
         f"{src.schema}, {CORRUPT_COLUMN} STRING"
         if src.format in PARSED_FORMATS

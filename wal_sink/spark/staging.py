@@ -30,7 +30,8 @@ from wal_sink.config import RESERVED_PREFIX
 from wal_sink.errors import TerminalError
 from wal_sink.spark.driver_stage import collect_small, write_file
 from wal_sink.storage import join, spark_uri
-from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN, StagedBatch, StagedFile
+from wal_sink.wal.format import BATCH_COLUMN, SEQ_COLUMN
+from wal_sink.wal.model import StagedBatch, StagedFile
 from wal_sink.wal.storage_errors import storage_error
 from wal_sink.wal.writer import WalWriter, WrittenFile
 

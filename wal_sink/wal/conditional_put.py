@@ -77,6 +77,8 @@ def _probe(storage: Storage, location: str) -> None:
     except ConfigError:
         raise
     except Exception as e:
+        # obstore has no class for a store answering 501 Not Implemented: its
+        # GenericError says so only in its text.
         if " 501 " in str(e) or "NotImplemented" in str(e):
             raise ConfigError(
                 f"the object store of {location} does not implement conditional "

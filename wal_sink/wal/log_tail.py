@@ -19,7 +19,8 @@ from urllib.parse import unquote
 
 from wal_sink import faults
 from wal_sink.storage import Storage, join
-from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN, StagedBatch, StagedFile
+from wal_sink.wal.format import BATCH_COLUMN, SEQ_COLUMN
+from wal_sink.wal.model import StagedBatch, StagedFile
 from wal_sink.wal.storage_errors import storage_error
 
 LOG_DIR = "_delta_log"

@@ -23,8 +23,8 @@ from deltalake.exceptions import CommitFailedError
 
 from wal_sink.errors import TransientError, WalSinkError
 from wal_sink.storage import Storage
+from wal_sink.wal.format import BATCH_COLUMN, delta_table
 from wal_sink.wal.ownership import WAL, check_owner
-from wal_sink.wal.reader import BATCH_COLUMN, delta_table
 from wal_sink.wal.storage_errors import storage_error
 
 DELETE_IDS_PER_COMMIT = 1000

@@ -31,8 +31,8 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from wal_sink.errors import TransientError
 from wal_sink.storage import Storage
+from wal_sink.wal.format import delta_table, open_parquet, table_exists
 from wal_sink.wal.ownership import QUARANTINE, check_owner, owned_configuration
-from wal_sink.wal.reader import delta_table, open_parquet
 from wal_sink.wal.storage_errors import storage_error
 
 SCHEMA = pa.schema(
@@ -175,8 +175,8 @@ class Quarantine:
             )
         except (CommitFailedError, FileExistsError):
             pass
-        except Exception as e:
-            if "already exists" not in str(e):
+        except Exception:
+            if not table_exists(self.path, self.storage):
                 raise
 
     def record(self, app_id: str, batch_id: int, entries: list[Entry]) -> None:

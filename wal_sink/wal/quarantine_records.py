@@ -19,7 +19,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from wal_sink.wal.reader import WAL_COLUMNS, WalReader
+from wal_sink.wal.format import WAL_COLUMNS
+from wal_sink.wal.reader import WalReader
 
 TypedRow = tuple[pa.Schema, dict[str, Any]]
 """A row's schema and its values."""

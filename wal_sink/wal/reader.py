@@ -1,10 +1,9 @@
 """Reading the write-ahead log with delta-rs: no JVM, so the CLI and the committer
 start fast.
 
-The WAL is a Delta table partitioned by ``_wal_batch_id``. Each row carries
-``_wal_seq``, an id that orders the rows of a batch; within a file rows are stored in
-that order and files of one batch cover disjoint ``_wal_seq`` ranges, so reading the
-files by their minimum ``_wal_seq`` replays a batch in its staged order (I4).
+Within a file rows are stored in ``_wal_seq`` order and files of one batch cover
+disjoint ``_wal_seq`` ranges (format.py), so reading the files by their minimum
+``_wal_seq`` replays a batch in its staged order (I4).
 
 Files are streamed with ``ParquetFile.iter_batches`` in bounded chunks, never loaded
 whole (docs/stack.md: pyarrow scans abort at exit).
@@ -13,68 +12,26 @@ whole (docs/stack.md: pyarrow scans abort at exit).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from enum import Enum
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from wal_sink import faults
 from wal_sink.errors import TerminalError, WalSinkError
 from wal_sink.storage import Storage
+from wal_sink.wal.format import (
+    BATCH_COLUMN,
+    SEQ_COLUMN,
+    WAL_COLUMNS,
+    delta_table,
+    open_parquet,
+)
+from wal_sink.wal.model import BatchState, StagedBatch, StagedFile
 from wal_sink.wal.ownership import WAL, check_owner
 from wal_sink.wal.storage_errors import storage_error
-
-BATCH_COLUMN = "_wal_batch_id"
-SEQ_COLUMN = "_wal_seq"
-WAL_COLUMNS = (BATCH_COLUMN, SEQ_COLUMN)
-
-
-@dataclass(frozen=True)
-class StagedFile:
-    uri: str
-    rows: int
-    size_bytes: int
-    min_seq: int | None
-    modified_ms: int | None = None
-    """When the file was written (staging time), epoch milliseconds."""
-
-
-@dataclass(frozen=True)
-class StagedBatch:
-    batch_id: int
-    files: tuple[StagedFile, ...]
-    """In apply order: by their first ``_wal_seq``."""
-
-    @classmethod
-    def ordered(cls, batch_id: int, files: list[StagedFile]) -> StagedBatch:
-        return cls(batch_id, tuple(sorted(files, key=_file_order)))
-
-    @property
-    def rows(self) -> int:
-        return sum(f.rows for f in self.files)
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(f.size_bytes for f in self.files)
-
-    @property
-    def staged_ms(self) -> int | None:
-        """When the batch was staged (its newest file), epoch milliseconds."""
-        times = [f.modified_ms for f in self.files if f.modified_ms is not None]
-        return max(times, default=None)
-
-
-class BatchState(Enum):
-    """What the WAL's history says of a batch that has no files in it now."""
-
-    EMPTY = "staged with no rows"
-    MISSING = "staged, but its files were removed since"
-    NOT_STAGED = "never staged"
 
 
 class WalReader:
@@ -83,7 +40,7 @@ class WalReader:
     With a ``sink_id``, a WAL another sink owns is refused (ConfigError, I9)."""
 
     def __init__(
-        self, path: str, storage: Storage = Storage(), sink_id: str | None = None
+        self, path: str, sink_id: str | None = None, storage: Storage = Storage()
     ) -> None:
         self.path = path
         self.storage = storage
@@ -248,26 +205,7 @@ def _rising(seq: pa.Array) -> bool:
     )
 
 
-def _file_order(f: StagedFile) -> tuple[int, str]:
-    return (f.min_seq if f.min_seq is not None else -1, f.uri)
-
-
 def _join_uri(base: str, relative: str) -> str:
     if "://" in relative or relative.startswith("/"):
         return relative
     return f"{base}/{unquote(relative)}"
-
-
-def delta_table(
-    location: str, storage: Storage, version: int | None = None
-) -> DeltaTable:
-    """delta-rs's handle on the Delta table at ``location`` (raises
-    TableNotFoundError when there is none), reached with ``storage``'s options."""
-    return DeltaTable(
-        location, version=version, storage_options=storage.delta_options or None
-    )
-
-
-def open_parquet(uri: str, storage: Storage) -> pq.ParquetFile:
-    filesystem, path = storage.filesystem(uri)
-    return pq.ParquetFile(filesystem.open_input_file(path))

@@ -5,12 +5,28 @@ delta-rs, pyarrow and the OS raise many kinds of errors; what matters to the sin
 whether retrying the batch may help (a timeout, a dropped connection, a throttled or
 briefly unavailable object store) or not (a missing or unreadable file, a corrupt
 one, a refused permission), and the path it concerns.
+
+The error's class and errno decide wherever the library gives one; only the generic
+errors left (delta-rs's ``DeltaError`` and pyarrow's ``OSError`` wrapping an object
+store's reply, with no errno) are told apart by their text.
 """
 
 from __future__ import annotations
 
 import errno
 import re
+
+from deltalake.exceptions import (
+    DeltaProtocolError,
+    SchemaMismatchError,
+    TableNotFoundError,
+)
+from obstore.exceptions import (
+    InvalidPathError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+)
 
 from wal_sink.errors import TerminalError, TransientError, WalSinkError, first_line
 
@@ -36,7 +52,20 @@ TRANSIENT_TEXT = re.compile(
     r"\b(?:500|502|503|504)\b|internal ?error|dispatch failure|io error",
     re.IGNORECASE,
 )
-TERMINAL_TYPES = (FileNotFoundError, PermissionError, IsADirectoryError)
+TERMINAL_TYPES = (
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    TableNotFoundError,
+    DeltaProtocolError,
+    SchemaMismatchError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    InvalidPathError,
+)
+"""Errors whose class says a retry cannot help: a missing table, file or object, a
+refused permission or credential, a table this delta-rs cannot read or write."""
 
 
 def is_transient(exc: BaseException) -> bool:

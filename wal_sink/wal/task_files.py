@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from wal_sink.config import RESERVED_PREFIX
 from wal_sink.errors import TerminalError
 from wal_sink.storage import Storage, join
-from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN
+from wal_sink.wal.format import BATCH_COLUMN, SEQ_COLUMN
 from wal_sink.wal.storage_errors import storage_error
 from wal_sink.wal.writer import WrittenFile
 

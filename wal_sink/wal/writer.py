@@ -33,8 +33,8 @@ from deltalake.transaction import AddAction
 
 from wal_sink.errors import TerminalError, TransientError
 from wal_sink.storage import Storage
+from wal_sink.wal.format import BATCH_COLUMN, SEQ_COLUMN, delta_table, table_exists
 from wal_sink.wal.ownership import WAL, check_owner, owned_configuration
-from wal_sink.wal.reader import BATCH_COLUMN, SEQ_COLUMN, delta_table
 from wal_sink.wal.storage_errors import storage_error
 from wal_sink.wal.writer_run import WriterRun
 
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 # sink id (ownership.py). Deletion vectors would
 # hide deleted rows from readers that only list files; the WAL deletes whole
 # partitions anyway. Statistics: ``_wal_seq`` only, whose minimum orders a batch's
-# files (wal.py); readers need no other.
+# files (reader.py); readers need no other.
 WAL_TABLE_PROPERTIES = {
     "delta.enableDeletionVectors": "false",
     "delta.dataSkippingStatsColumns": SEQ_COLUMN,
@@ -225,7 +225,7 @@ class WalWriter:
                 raise_if_key_not_exists=False,
             )
         except Exception as e:
-            if "already exists" in str(e):
+            if table_exists(self.location, self.storage):
                 raise _CreateRace() from e
             raise
 

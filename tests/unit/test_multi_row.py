@@ -1,0 +1,74 @@
+"""The multi-row upsert's statement, built from SQLAlchemy's own rendering of the
+row path's upsert (no MySQL needed: the dialect renders it)."""
+
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+from sqlalchemy import BigInteger, Column, MetaData, String, Table
+from sqlalchemy.dialects.mysql import pymysql
+
+from wal_sink.config import MysqlConfig
+from wal_sink.mysql.multi_row import MultiRowUpsert
+from wal_sink.mysql.upsert import build_upsert
+
+TABLE = Table(
+    "totals",
+    MetaData(),
+    Column("k", String(8), primary_key=True),
+    Column("amount", BigInteger),
+    Column("my label", String(8)),
+    Column("odd)name", String(8)),
+    Column("per%cent", BigInteger),
+)
+MYSQL = MysqlConfig(
+    url="mysql+pymysql://u@h/d", table="totals", key=("k",), merge={"amount": "add"}
+)
+
+
+def connection(server_version=(10, 11, 0)):
+    """What the statement needs of a connection: its dialect, as the engine's."""
+    dialect = pymysql.dialect(paramstyle="pyformat")
+    dialect.server_version_info = server_version
+    dialect.is_mariadb = server_version[0] == 10
+    dialect._requires_alias_for_on_duplicate_key = (
+        not dialect.is_mariadb and server_version >= (8, 0, 20)
+    )
+    return SimpleNamespace(dialect=dialect)
+
+
+@pytest.mark.parametrize("server", [(10, 11, 0), (8, 0, 36)])
+def test_statement_is_the_row_paths_upsert_with_its_values_list_rendered(server):
+    columns = ["odd)name", "amount", "k", "my label"]
+    upsert = build_upsert(TABLE, columns, MYSQL)
+    multi = MultiRowUpsert(connection(server), upsert, columns)
+    assert multi.columns == ["k", "amount", "my label", "odd)name"]  # table order
+    assert multi.prefix == (
+        "INSERT INTO totals (k, amount, `my label`, `odd)name`) VALUES "
+    )
+    alias = " AS new" if server[0] == 8 else ""
+    assert multi.postfix.startswith(f"{alias} ON DUPLICATE KEY UPDATE k = CASE")
+    chunk = pa.record_batch(
+        {
+            "odd)name": ["x", "y"],
+            "amount": [1, 2],
+            "k": ["a", "b"],
+            "my label": ["l", None],
+        }
+    )
+    (statement,) = multi.render(chunk)
+    assert statement == (
+        multi.prefix + "('a',1,'l','x'),('b',2,NULL,'y')" + multi.postfix
+    )
+
+
+@pytest.mark.parametrize("server", [(10, 11, 0), (8, 0, 36)])
+def test_a_percent_sign_in_a_name_is_sent_once(server):
+    """SQLAlchemy doubles it for the driver's formatting; the statement is sent
+    without parameters, so it is undoubled as the driver would."""
+    columns = ["k", "per%cent"]
+    upsert = build_upsert(TABLE, columns, MYSQL)
+    multi = MultiRowUpsert(connection(server), upsert, columns)
+    assert multi.prefix == "INSERT INTO totals (k, `per%cent`) VALUES "
+    assert multi.postfix.endswith("`per%cent` = values(totals.`per%cent`)")
+    assert "%%" not in multi.prefix + multi.postfix
