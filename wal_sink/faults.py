@@ -27,6 +27,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ENV = "WAL_SINK_FAULT"
@@ -107,11 +108,15 @@ def hit(point: str, batch_id: int) -> None:
         raise OSError(errno.EIO, f"Input/output error (injected at {point})")
 
 
-def watch_stage(partition_dir: str, batch_id: int) -> None:
+def watch_stage(partition_dir: str, batch_id: int) -> Callable[[], None]:
     """Arm ``stage.during``: die as soon as a Parquet file of the batch appears
-    anywhere under its partition directory (local WALs), while executors write."""
+    anywhere under its partition directory (local WALs), while executors write.
+
+    Returns what a writer that writes the batch's file itself (the driver, in one
+    go) calls once it is written: armed, it waits for the watch to see the file,
+    which the commit right after would otherwise race."""
     if _armed("stage.during", batch_id) != "kill":
-        return
+        return _no_wait
     directory = Path(partition_dir)
 
     def watch() -> None:
@@ -121,3 +126,12 @@ def watch_stage(partition_dir: str, batch_id: int) -> None:
             time.sleep(0.005)
 
     threading.Thread(target=watch, daemon=True, name="wal-sink-fault").start()
+    return _wait_for_the_watch
+
+
+def _no_wait() -> None:
+    pass
+
+
+def _wait_for_the_watch() -> None:
+    time.sleep(60)  # the watch kills the process group within milliseconds

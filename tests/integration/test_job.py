@@ -350,10 +350,13 @@ options = {{ maxFilesPerTrigger = 1 }}""",
     text = log.read_text()
     assert "applied: rows=" in text and "query finished: stopped" in text
     assert "query finished: drained" in text
+    # This job's followers only: other suites on the machine run their own.
+    running = psutil.process_iter(["cmdline"])
+    lines = (" ".join(p.info["cmdline"] or []) for p in running)
     children = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if "wal_sink.spark.follower_child" in " ".join(p.info["cmdline"] or [])
+        line
+        for line in lines
+        if "wal_sink.spark.follower_child" in line and str(config) in line
     ]
     assert not children, "no follower outlives its job"
 

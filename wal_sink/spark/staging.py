@@ -117,7 +117,9 @@ def stage(
     if staged is not None and staged >= batch_id:
         return None
     attempt = f"{BATCH_COLUMN}={batch_id}/{uuid.uuid4().hex}"
-    faults.watch_stage(join(writer.location, f"{BATCH_COLUMN}={batch_id}"), batch_id)
+    written = faults.watch_stage(
+        join(writer.location, f"{BATCH_COLUMN}={batch_id}"), batch_id
+    )
     small = (
         collect_small(probe if probe is not None else df, driver_rows, order_by)
         if driver_rows
@@ -126,6 +128,7 @@ def stage(
     times.collect_ms = clock.lap()
     if small is not None:
         files = [write_file(writer, attempt, small, batch_id)]
+        written()
         schema = small.schema
         times.write_ms = clock.lap()
         times.from_driver = True
