@@ -1,12 +1,13 @@
-"""The streaming job: source -> transform -> WalSink, restarted by a strategy.
+"""The streaming job's supervisor: source -> transform -> the sink's query (and, for
+parsed sources, the parse-error query beside it), restarted by a strategy.
 
-Each attempt takes the lease, checks the checkpoint and applies unacked batches
-(recovery) before the query starts from its checkpoint. For parsed sources (kafka,
-json, csv) a second query beside it sends unparseable records to the quarantine.
-Batches are staged by the query and applied by the sink's committer thread behind
-it. SIGTERM stops the query after the batch in progress and lets the committer apply
-what is staged (stop.py). Exit codes: 0 done (drained, or stopped), 1 failed (the
-restart strategy gave up, or a terminal error), 2 configuration error.
+Each attempt goes through a SinkPath (sink_path.py): foreachBatch with the
+committer thread behind it (foreach_batch_job.py) or ``format("wal_sink")`` with a
+follower process (datasource_job.py). The path takes the lease, checks the
+checkpoint and applies unacked batches (recovery) before the query starts from its
+checkpoint. SIGTERM stops the query after the batch in progress and lets the path
+apply what is staged (stop.py). Exit codes: 0 done (drained, or stopped), 1 failed
+(the restart strategy gave up, or a terminal error), 2 configuration error.
 """
 
 from __future__ import annotations
@@ -14,33 +15,30 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from wal_sink.config import Config
 from wal_sink.durations import parse_duration
-from wal_sink.errors import ConfigError, StopRequested, TerminalError, first_line
+from wal_sink.errors import ConfigError, TerminalError, first_line
 from wal_sink.metrics import SinkMetrics
-from wal_sink.protocol.pipeline import Applied, describe
 from wal_sink.protocol.recovery import check_checkpoint
 from wal_sink.spark.checkpoint import last_planned_batch
-from wal_sink.spark.parse_errors import ParseErrorRunner, ParseFold, can_fold
+from wal_sink.spark.foreach_batch_job import ForeachBatchPath
+from wal_sink.spark.parse_errors import ParseErrorRunner
 from wal_sink.spark.restart import RestartPolicy
-from wal_sink.spark.sink import WalSink, check_stream
+from wal_sink.spark.sink_path import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, SinkPath
 from wal_sink.spark.source import (
     CORRUPT_COLUMN,
     corrupt_records,
     read_source,
     streaming_frame,
 )
-from wal_sink.spark.staging import Laps
 from wal_sink.spark.stop import GracefulStop
 
 log = logging.getLogger("wal_sink.job")
 
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 PARSE_CHECKPOINT_SUFFIX = "_parse_errors"
 # The parse-error query triggers this many times less often than the sink's, taking
 # that many times more input per trigger: its records are rare, and each trigger
@@ -48,69 +46,6 @@ PARSE_CHECKPOINT_SUFFIX = "_parse_errors"
 # compete with the sink's own (a 100-row trigger: about 300 ms, as long as the
 # sink's). With rate limits scaled alike it keeps up with the same stream.
 PARSE_TRIGGER_FACTOR = 10
-
-
-class BatchRunner:
-    """The foreachBatch function: one batch staged through the sink, one log line;
-    the committer thread logs the batch again when it is applied. With ``fold``
-    the batch is the raw source's, split by it (parse_errors.py)."""
-
-    def __init__(self, sink: WalSink, stop: GracefulStop) -> None:
-        self.sink = sink
-        self.stop = stop
-        self.fold: ParseFold | None = None
-        self.failure: BaseException | None = None
-
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        with self.stop.batch_lock:
-            if self.stop.stopping:
-                raise StopRequested("stopping: this batch is left for the next start")
-            try:
-                if self.fold is None:
-                    self.sink.foreach_batch(df, batch_id)
-                else:
-                    laps = Laps()
-                    rows, collect, record_errors = self.fold.rows(
-                        df, probe=self.sink.driver_stage_rows > 0
-                    )
-                    fold_ms = laps.lap()
-                    self.sink.foreach_batch(rows, batch_id, collect)
-                    laps.lap()
-                    report = self.sink.last_stage
-                    record_errors(
-                        batch_id, None if report.rows is None else report.from_driver
-                    )
-                    self._fold_parts(report.parts, fold_ms, laps.lap())
-            except BaseException as e:
-                self.failure = e
-                raise
-        report = self.sink.last_stage
-        rows = "-" if report.rows is None else str(report.rows)
-        parts = " ".join(f"{k}_ms={v:.0f}" for k, v in report.parts.items())
-        log.info(
-            "batch %d staged: rows=%s stage_ms=%.0f pending=%d %s%s",
-            batch_id,
-            rows,
-            report.stage_ms,
-            report.pending,
-            parts,
-            "" if report.rows is not None else " (already staged)",
-        )
-
-    def _fold_parts(self, parts: dict[str, float], fold: float, errors: float) -> None:
-        """Add the fold's parts to the batch's: ``fold`` (building the batch's
-        frames, taken out of ``plan``, which it followed) and ``errors`` (recording
-        the parse errors, after the stage)."""
-        plan = parts.pop("plan")
-        rest = dict(parts)
-        parts.clear()
-        parts.update(plan=max(0.0, plan - fold), fold=fold, **rest, errors=errors)
-        self.sink.metrics.observe_parts({"fold": fold, "errors": errors})
-
-
-def log_applied(applied: Applied) -> None:
-    """The committer's line for each batch it finished."""
-    log.info("%s", describe(applied))
 
 
 def start_query(
@@ -191,107 +126,6 @@ def start_queries(
             )
         )
     return queries
-
-
-class SinkPath(Protocol):
-    """How one attempt of the job stages and applies: a committer thread behind
-    foreachBatch (ForeachBatchPath), or format("wal_sink") and a follower process
-    (datasource_job.DataSourcePath)."""
-
-    def start(self, spark: SparkSession, frame: DataFrame) -> None:
-        """Before the query over ``frame`` starts: refuse a stream the target cannot
-        take as configured (check_stream), then lease, checkpoint check and
-        recovery."""
-
-    def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
-        """The sink on the query's writer."""
-
-    def fold_parse_errors(self, frame: DataFrame) -> bool:
-        """Whether this path sets a parsed source's unparseable records aside in
-        the sink's own batches (parse_errors.py), its query running over the raw
-        source; else a parse-error query runs beside it."""
-
-    def check(self) -> None:
-        """Raise what stopped the applying side, if anything did."""
-
-    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
-        """SIGTERM: no further batch is staged; the queries are stopped next."""
-
-    def finish(self, stop: GracefulStop) -> int:
-        """The queries ended: apply what is staged (see ``_finish``), exit code."""
-
-    def cause(self, error: BaseException) -> BaseException:
-        """What made the query fail, for the restart decision."""
-
-    def close(self) -> None:
-        """Release what the attempt holds; what is not applied stays staged."""
-
-
-class ForeachBatchPath:
-    """foreachBatch stages (BatchRunner), the sink's committer thread applies."""
-
-    def __init__(
-        self, config: Config, stop: GracefulStop, metrics: SinkMetrics
-    ) -> None:
-        self.config = config
-        self.sink = WalSink(
-            config, on_applied=log_applied, stop=stop.now, metrics=metrics
-        )
-        self.runner = BatchRunner(self.sink, stop)
-
-    def start(self, spark: SparkSession, frame: DataFrame) -> None:
-        # The query's columns, checked against the target before the lease.
-        self.sink.expect_columns(frame.columns)
-        check_stream(self.sink, frame.schema)
-        recovered = self.sink.recover(spark, self.config.job.checkpoint)
-        if recovered:
-            log.info(
-                "recovered %d batch(es) before starting: %s",
-                len(recovered),
-                [r.batch_id for r in recovered],
-            )
-
-    def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
-        return writer.foreachBatch(self.runner)
-
-    def fold_parse_errors(self, frame: DataFrame) -> bool:
-        if not can_fold(self.config, frame):
-            return False
-        self.runner.fold = ParseFold(self.config)
-        return True
-
-    def check(self) -> None:
-        self.sink.check()  # a committer failure stops the job, even when idle
-
-    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
-        self.sink.stop_taking_batches()
-
-    def finish(self, stop: GracefulStop) -> int:
-        """Let the committer apply what is staged — all of it when draining, for up
-        to ``job.stop_timeout`` on SIGTERM, nothing more after a second SIGTERM —
-        then say how it ended."""
-        sink = self.sink
-        started = time.monotonic()
-        while not sink.drain(0.25):
-            sink.check()
-            waited = time.monotonic() - started
-            if stop.now.is_set() or (
-                stop.requested and waited > self.config.job.stop_timeout
-            ):
-                log.warning(
-                    "stopped with %d staged batch(es) not yet applied; the next "
-                    "start applies them",
-                    sink.pending,
-                )
-                return EXIT_OK
-        log.info("query finished: %s", "stopped" if stop.requested else "drained")
-        return EXIT_OK
-
-    def cause(self, error: BaseException) -> BaseException:
-        return self.runner.failure or self.sink.failure or error
-
-    def close(self) -> None:
-        self.sink.close(timeout=0)
 
 
 def run_job(

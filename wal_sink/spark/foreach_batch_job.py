@@ -1,0 +1,153 @@
+"""The job with ``job.writer = "foreach_batch"`` (the default): foreachBatch stages
+each batch through the WalSink (BatchRunner, one log line per batch) and the sink's
+committer thread applies staged batches behind Spark, logging each again."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from wal_sink.config import Config
+from wal_sink.errors import StopRequested
+from wal_sink.metrics import SinkMetrics
+from wal_sink.protocol.pipeline import Applied, describe
+from wal_sink.spark.parse_errors import ParseFold, can_fold
+from wal_sink.spark.sink import WalSink, check_stream
+from wal_sink.spark.sink_path import EXIT_OK
+from wal_sink.spark.staging import Laps
+from wal_sink.spark.stop import GracefulStop
+
+log = logging.getLogger("wal_sink.job")
+
+
+class BatchRunner:
+    """The foreachBatch function: one batch staged through the sink, one log line;
+    the committer thread logs the batch again when it is applied. With ``fold``
+    the batch is the raw source's, split by it (parse_errors.py)."""
+
+    def __init__(self, sink: WalSink, stop: GracefulStop) -> None:
+        self.sink = sink
+        self.stop = stop
+        self.fold: ParseFold | None = None
+        self.failure: BaseException | None = None
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        with self.stop.batch_lock:
+            if self.stop.stopping:
+                raise StopRequested("stopping: this batch is left for the next start")
+            try:
+                if self.fold is None:
+                    self.sink.foreach_batch(df, batch_id)
+                else:
+                    laps = Laps()
+                    rows, collect, record_errors = self.fold.rows(
+                        df, probe=self.sink.driver_stage_rows > 0
+                    )
+                    fold_ms = laps.lap()
+                    self.sink.foreach_batch(rows, batch_id, collect)
+                    laps.lap()
+                    report = self.sink.last_stage
+                    record_errors(
+                        batch_id, None if report.rows is None else report.from_driver
+                    )
+                    self._fold_parts(report.parts, fold_ms, laps.lap())
+            except BaseException as e:
+                self.failure = e
+                raise
+        report = self.sink.last_stage
+        rows = "-" if report.rows is None else str(report.rows)
+        parts = " ".join(f"{k}_ms={v:.0f}" for k, v in report.parts.items())
+        log.info(
+            "batch %d staged: rows=%s stage_ms=%.0f pending=%d %s%s",
+            batch_id,
+            rows,
+            report.stage_ms,
+            report.pending,
+            parts,
+            "" if report.rows is not None else " (already staged)",
+        )
+
+    def _fold_parts(self, parts: dict[str, float], fold: float, errors: float) -> None:
+        """Add the fold's parts to the batch's: ``fold`` (building the batch's
+        frames, taken out of ``plan``, which it followed) and ``errors`` (recording
+        the parse errors, after the stage)."""
+        plan = parts.pop("plan")
+        rest = dict(parts)
+        parts.clear()
+        parts.update(plan=max(0.0, plan - fold), fold=fold, **rest, errors=errors)
+        self.sink.metrics.observe_parts({"fold": fold, "errors": errors})
+
+
+def log_applied(applied: Applied) -> None:
+    """The committer's line for each batch it finished."""
+    log.info("%s", describe(applied))
+
+
+class ForeachBatchPath:
+    """foreachBatch stages (BatchRunner), the sink's committer thread applies."""
+
+    def __init__(
+        self, config: Config, stop: GracefulStop, metrics: SinkMetrics
+    ) -> None:
+        self.config = config
+        self.sink = WalSink(
+            config, on_applied=log_applied, stop=stop.now, metrics=metrics
+        )
+        self.runner = BatchRunner(self.sink, stop)
+
+    def start(self, spark: SparkSession, frame: DataFrame) -> None:
+        # The query's columns, checked against the target before the lease.
+        self.sink.expect_columns(frame.columns)
+        check_stream(self.sink, frame.schema)
+        recovered = self.sink.recover(spark, self.config.job.checkpoint)
+        if recovered:
+            log.info(
+                "recovered %d batch(es) before starting: %s",
+                len(recovered),
+                [r.batch_id for r in recovered],
+            )
+
+    def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
+        return writer.foreachBatch(self.runner)
+
+    def fold_parse_errors(self, frame: DataFrame) -> bool:
+        if not can_fold(self.config, frame):
+            return False
+        self.runner.fold = ParseFold(self.config)
+        return True
+
+    def check(self) -> None:
+        self.sink.check()  # a committer failure stops the job, even when idle
+
+    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
+        self.sink.stop_taking_batches()
+
+    def finish(self, stop: GracefulStop) -> int:
+        """Let the committer apply what is staged — all of it when draining, for up
+        to ``job.stop_timeout`` on SIGTERM, nothing more after a second SIGTERM —
+        then say how it ended."""
+        sink = self.sink
+        started = time.monotonic()
+        while not sink.drain(0.25):
+            sink.check()
+            waited = time.monotonic() - started
+            if stop.now.is_set() or (
+                stop.requested and waited > self.config.job.stop_timeout
+            ):
+                log.warning(
+                    "stopped with %d staged batch(es) not yet applied; the next "
+                    "start applies them",
+                    sink.pending,
+                )
+                return EXIT_OK
+        log.info("query finished: %s", "stopped" if stop.requested else "drained")
+        return EXIT_OK
+
+    def cause(self, error: BaseException) -> BaseException:
+        return self.runner.failure or self.sink.failure or error
+
+    def close(self) -> None:
+        self.sink.close(timeout=0)
