@@ -105,7 +105,7 @@ options = {{ maxFilesPerTrigger = 1 }}""",
     entries = json.loads(cli(config, "quarantine", "list", "--json").stdout)
     by_kind = sorted((e["kind"], e["state"], e["batch_id"]) for e in entries)
     assert by_kind == [
-        ("raw_text", "open", 0),  # the parse-error query's batch 0
+        ("raw_text", "open", 2),  # set aside in the sink's own batch 2
         ("row", "open", 1),
         ("row", "open", 1),
         ("row", "open", 2),
