@@ -74,11 +74,7 @@ def list_command(
 
     with open_sink(ctx) as sink:
         listed = list_entries(
-            sink.config,
-            sink.engine,
-            sink.quarantine,
-            sink.retries,
-            sink.acks,
+            sink,
             batch_id=batch_id,
             reason=reason,
         )
@@ -186,11 +182,7 @@ def export(
         fail(f"{path} exists: give another --to, or remove it", EXIT_USAGE)
     with open_sink(ctx) as sink:
         listed = list_entries(
-            sink.config,
-            sink.engine,
-            sink.quarantine,
-            sink.retries,
-            sink.acks,
+            sink,
             batch_id=batch_id,
             reason=reason,
         )

@@ -13,15 +13,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
 from wal_sink.config import Config
-from wal_sink.mysql.acks import AckTable
 from wal_sink.mysql.retry_state import FAILED, RETRIED, RetryState, RetryStates
 from wal_sink.mysql.row_screen import record_is_partial
 from wal_sink.wal.quarantine import Quarantine, StoredEntry
+
+if TYPE_CHECKING:
+    from wal_sink.protocol.sink_instance import SinkInstance
 
 OPEN = "open"
 ROW = "row"
@@ -125,25 +127,20 @@ def kind_of(entry: StoredEntry, config: Config, acked_by: dict[int, str | None])
 
 
 def list_entries(
-    config: Config,
-    engine: Engine,
-    quarantine: Quarantine,
-    states: RetryStates,
-    acks: AckTable,
-    *,
-    batch_id: int | None = None,
-    reason: str | None = None,
+    sink: SinkInstance, *, batch_id: int | None = None, reason: str | None = None
 ) -> list[ListedEntry]:
     """The sink's entries (of one batch, whose reason holds ``reason`` in any case)
     in batch order, then in the order they were set aside, with their retry rows
     (a plain read: for showing and planning, not for deciding)."""
-    entries = quarantine.entries(batch_id)
-    with engine.connect() as conn:
-        found = states.of(conn, [e.entry_id for e in entries])
+    entries = sink.quarantine.entries(batch_id)
+    with sink.engine.connect() as conn:
+        found = sink.retries.of(conn, [e.entry_id for e in entries])
         batches = [e.batch_id for e in entries if e.apply_id is not None]
-        acked_by = acks.apply_ids(conn, min(batches), max(batches)) if batches else {}
+        acked_by = (
+            sink.acks.apply_ids(conn, min(batches), max(batches)) if batches else {}
+        )
     listed = [
-        ListedEntry(e, kind_of(e, config, acked_by), found.get(e.entry_id))
+        ListedEntry(e, kind_of(e, sink.config, acked_by), found.get(e.entry_id))
         for e in entries
     ]
     if reason is not None:

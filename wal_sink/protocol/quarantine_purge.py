@@ -51,9 +51,7 @@ def plan_quarantine_purge(
     every entry set aside longer ago than that."""
     if not batches and older_than is None:
         return QuarantinePurgePlan((), None, 0, 0)
-    listed = list_entries(
-        sink.config, sink.engine, sink.quarantine, sink.retries, sink.acks
-    )
+    listed = list_entries(sink)
     cutoff = (
         datetime.now(timezone.utc) - timedelta(seconds=older_than)
         if older_than is not None

@@ -92,11 +92,7 @@ def plan_retry(
 ) -> RetryPlan:
     """Select the open entries (of one batch, whose reason holds ``reason``)."""
     listed = list_entries(
-        sink.config,
-        sink.engine,
-        sink.quarantine,
-        sink.retries,
-        sink.acks,
+        sink,
         batch_id=batch_id,
         reason=reason,
     )
