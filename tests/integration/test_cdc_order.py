@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from devtools.spark_job import JobProcess
-from tests.conftest import settle
+from tests.conftest import settle, write_config
 from tests.integration.test_cli import cli
 from wal_sink import WalSink
 from wal_sink.wal.quarantine import Quarantine
+
+CDC_MYSQL = 'version_column = "seq"'
+CDC_SECTION = '[cdc]\nop_column = "op"\norder_by = "seq"\n'
 
 SEED = int(os.environ.get("WAL_SINK_TEST_SEED", time.time()))
 SCHEMA = (
@@ -239,35 +242,20 @@ def test_job_with_files_landing_out_of_order_then_replay_and_purge(db, items, tm
             )
         )
         os.utime(path, (1_700_000_000 + picked[i],) * 2)
-    config = tmp_path / "cdc_job.toml"
-    config.write_text(f"""
-[sink]
-id = "cdc_job"
-
+    config = write_config(
+        tmp_path / "cdc_job.toml",
+        db,
+        table="items_cdc",
+        source=f"""
 [source]
 format = "json"
 path = "{landing}"
 schema = "op STRING, k STRING, label STRING, amount DECIMAL(12,2), seq BIGINT"
-options = {{ maxFilesPerTrigger = 1 }}
-
-[wal]
-path = "{tmp_path / "wal"}"
-
-[mysql]
-url = "{db.url}"
-table = "items_cdc"
-key = ["k"]
-version_column = "seq"
-
-[cdc]
-op_column = "op"
-order_by = "seq"
-tombstone_retention = "3 seconds"
-
-[job]
-checkpoint = "{tmp_path / "checkpoint"}"
-trigger = "1 second"
-""")
+options = {{ maxFilesPerTrigger = 1 }}""",
+        mysql=CDC_MYSQL,
+        job='trigger = "1 second"',
+        sections=CDC_SECTION + 'tombstone_retention = "3 seconds"\n',
+    )
     db.execute("ALTER TABLE items_cdc DROP COLUMN arrival")
     job = JobProcess(config, tmp_path / "job.log", "--available-now")
     assert job.wait() == 0, job.tail()
@@ -322,24 +310,13 @@ def test_an_ack_table_of_0_2_is_read_and_then_upgraded(db, items, tmp_path):
     )
     db.execute("INSERT INTO wal_sink_ack VALUES ('old', 0, 5, 1, 0, 1, NOW(6), NULL)")
     db.run_sql_file("wal_sink_tables.sql")  # the lease and outbox tables
-    config = tmp_path / "old.toml"
-    config.write_text(f"""
-[sink]
-id = "old"
-
-[wal]
-path = "{tmp_path / "wal"}"
-
-[mysql]
-url = "{db.url}"
-table = "items_cdc"
-key = ["k"]
-version_column = "seq"
-
-[cdc]
-op_column = "op"
-order_by = "seq"
-""")
+    config = write_config(
+        tmp_path / "old.toml",
+        db,
+        table="items_cdc",
+        mysql=CDC_MYSQL,
+        sections=CDC_SECTION,
+    )
     done = cli(config, "status", "--json")
     assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
