@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
         else:
             level = config.job.spark_log_level if config.job else "WARN"
         from wal_sink.spark.job import run_job
-        from wal_sink.spark.log_level import session_at_level
+        from wal_sink.spark.session import job_session
 
         log.info(
             "sink %s starting from %s%s; Spark logs at %s",
@@ -62,7 +62,11 @@ def main(argv: list[str]) -> int:
             " (--available-now)" if args.available_now else "",
             level,
         )
-        spark = session_at_level(f"wal_sink {config.sink.id}", level)
+        spark = job_session(
+            f"wal_sink {config.sink.id}",
+            level,
+            config.job.spark_conf if config.job else None,
+        )
         return run_job(
             config,
             available_now=args.available_now,

@@ -146,7 +146,8 @@ def run_job(
         SparkSession.builder.appName(f"wal_sink {config.sink.id}").getOrCreate()
     )
     for key, value in config.job.spark_conf.items():
-        spark.conf.set(key, value)
+        if spark.conf.get(key, None) != value:  # job_session set it at the start
+            spark.conf.set(key, value)
     config.storage.configure_spark(spark)  # S3A settings before any s3a:// access
     stop = GracefulStop()
     stop.install(spark)

@@ -20,7 +20,6 @@ The job's level (``job.spark_log_level``, or ``--spark-log-level``) is set twice
 from __future__ import annotations
 
 from pyspark import SparkContext
-from pyspark.sql import SparkSession
 
 
 def set_root_level(level: str) -> None:
@@ -29,11 +28,3 @@ def set_root_level(level: str) -> None:
     jvm = SparkContext._jvm
     log4j = jvm.org.apache.logging.log4j
     log4j.core.config.Configurator.setRootLevel(log4j.Level.toLevel(level))
-
-
-def session_at_level(app_name: str, level: str) -> SparkSession:
-    """The job's SparkSession, with Spark logging at ``level`` from start to end."""
-    set_root_level(level)
-    spark = SparkSession.builder.appName(app_name).getOrCreate()
-    spark.sparkContext.setLogLevel(level)  # Step 2.
-    return spark
