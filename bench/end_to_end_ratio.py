@@ -222,10 +222,10 @@ writer = "{self.writer}"
         launched = time.time()
         started = time.perf_counter()
         env = job_env(**({"PYTHONPATH": str(code)} if code else {}))
-        job = JobProcess(config, log, "--available-now", env=env)
-        code = job.wait(timeout=1800)
+        job = JobProcess(config, log, "--available-now", env=env, code=code)
+        status = job.wait(timeout=1800)
         elapsed = time.perf_counter() - started
-        assert code == 0, job.tail()
+        assert status == 0, job.tail()
         return elapsed, Timeline.read(log, launched, elapsed)
 
     def jdbc(self) -> float:

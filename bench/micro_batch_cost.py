@@ -145,10 +145,11 @@ writer = "{writer}"
             "--available-now",
             env=job_env(**({"PYTHONPATH": str(code)} if code else {})),
             submit_args=self._profile_args(profile),
+            code=code,
         )
-        code = job.wait()
+        status = job.wait()
         elapsed = time.perf_counter() - started
-        assert code == 0, job.tail()
+        assert status == 0, job.tail()
         self._check("job_target", files)
         return elapsed, log
 

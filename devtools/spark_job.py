@@ -28,8 +28,10 @@ def job_env(**extra: str) -> dict[str, str]:
 
 class JobProcess:
     """``spark-submit jobs/stream_to_mysql.py -c CONFIG ARGS``, its output appended
-    to ``log``. ``JobProcess.reap()`` kills every job still running (tests call it
-    after each test, so a failed one leaves no job behind)."""
+    to ``log``; with ``code``, that checkout's job script (a benchmark judging the
+    code before a change puts its wal_sink on PYTHONPATH too). ``JobProcess.reap()``
+    kills every job still running (tests call it after each test, so a failed one
+    leaves no job behind)."""
 
     running: ClassVar[list[JobProcess]] = []
 
@@ -40,11 +42,13 @@ class JobProcess:
         *args: str,
         env: dict[str, str] | None = None,
         submit_args: tuple[str, ...] = (),
+        code: Path | None = None,
     ) -> None:
         self.log = log
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
-                [SPARK_SUBMIT, *submit_args, JOB, "-c", str(config), *args],
+                [SPARK_SUBMIT, *submit_args, str((code or REPO) / JOB)]
+                + ["-c", str(config), *args],
                 cwd=REPO,
                 env=env or job_env(),
                 stdout=out,
