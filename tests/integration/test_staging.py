@@ -266,3 +266,32 @@ def test_small_batches_are_staged_from_the_driver_until_a_larger_one(
         assert (report.parts["collect"] >= 1) is (batch_id in (1, 2, 4)), batch_id
     assert sink.drain(60)
     assert db.rows("SELECT COUNT(*), SUM(amount) FROM evolve") == [(14, Decimal(14))]
+
+
+def test_a_frame_built_on_demand_is_built_only_for_the_executors_write(
+    spark, db, evolving_sink
+):
+    """With a probe for the driver's collect, the write's frame comes from a
+    function (the parse-error fold builds each plan at tens of JVM round trips):
+    called for a batch the executors write, never for one staged from the driver."""
+    sink = evolving_sink
+    sink.config = replace(
+        sink.config, wal=replace(sink.config.wal, driver_stage_rows=3)
+    )
+    built: list[int] = []
+    key = 0
+    for batch_id, size in enumerate([2, 2, 4]):  # executors, driver, executors
+        rows = [(f"k{key + i}", Decimal(1)) for i in range(size)]
+        key += size
+        df = spark.createDataFrame(rows, "k STRING, amount DECIMAL(12,2)")
+
+        def write(df=df, batch_id=batch_id):
+            built.append(batch_id)
+            return df
+
+        sink.foreach_batch(write, batch_id, probe=df)
+        assert sink.last_stage.rows == size
+        assert sink.last_stage.from_driver is (batch_id == 1), batch_id
+    assert built == [0, 2]
+    assert sink.drain(60)
+    assert db.rows("SELECT COUNT(*), SUM(amount) FROM evolve") == [(8, Decimal(8))]

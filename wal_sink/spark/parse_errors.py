@@ -118,31 +118,36 @@ class ParseFold:
 
     def rows(
         self, raw: DataFrame, probe: bool
-    ) -> tuple[DataFrame, DataFrame | None, Callable[[int, bool | None], None]]:
+    ) -> tuple[
+        Callable[[], DataFrame], DataFrame | None, Callable[[int, bool | None], None]
+    ]:
         """What to stage from ``raw`` (parsed rows through [transform]): for the
-        executors' write and, with ``probe``, for the driver's collect of a small
-        batch, each counting the batch's parse errors in its own pass; and the
-        function to call once staging is done, with the batch id and which pass
-        read the whole batch (True: the driver's collect, False: the executors'
-        write, None: neither, as when the WAL held the batch): it records the
-        parse errors."""
-        counted = []
-        for name in ("write", "collect") if probe else ("write",):
-            observation = Observation(f"wal_sink_parse_errors_{name}")
-            observed = raw.observe(observation, F.count(CORRUPT_COLUMN).alias("n"))
-            config = self.config
-            frame = transformed(raw.sparkSession, config, parsed_rows(observed))
-            counted.append((frame, observation))
-        (write, by_write), (collect, by_collect) = (counted + [(None, None)])[:2]
+        executors' write (a function building it, only when a batch goes that way:
+        each plan costs tens of round trips to the JVM) and, with ``probe``, for
+        the driver's collect of a small batch, each counting the batch's parse
+        errors in its own pass; and the function to call once staging is done,
+        with the batch id and which pass read the whole batch (True: the driver's
+        collect, False: the executors' write, None: neither, as when the WAL held
+        the batch): it records the parse errors."""
+        built: dict[str, tuple[DataFrame, Observation]] = {}
+
+        def counted(name: str) -> DataFrame:
+            if name not in built:
+                observation = Observation(f"wal_sink_parse_errors_{name}")
+                count = F.count(CORRUPT_COLUMN).alias("n")
+                rows = parsed_rows(raw.observe(observation, count))
+                frame = transformed(raw.sparkSession, self.config, rows)
+                built[name] = frame, observation
+            return built[name][0]
 
         def record(batch_id: int, from_driver: bool | None) -> None:
             if from_driver is not None:
-                observation = by_collect if from_driver else by_write
+                _, observation = built["collect" if from_driver else "write"]
                 if not observation.get["n"]:
                     return
             self._record(raw, batch_id)
 
-        return write, collect, record
+        return lambda: counted("write"), counted("collect") if probe else None, record
 
     def _record(self, raw: DataFrame, batch_id: int) -> None:
         # Every column is read, as in the parse-error query: Spark parses only the

@@ -140,13 +140,17 @@ class WalSink(SinkInstance):
         return super().recover()
 
     def foreach_batch(
-        self, df: DataFrame, batch_id: int, probe: DataFrame | None = None
+        self,
+        df: DataFrame | Callable[[], DataFrame],
+        batch_id: int,
+        probe: DataFrame | None = None,
     ) -> None:
         """The ``foreachBatch`` function: stage, hand over to the committer, return.
 
-        ``probe``: ``df``'s rows in a plan of its own, for a small batch's collect
-        (see ``stage``). Raises the committer's failure, if it stopped on one, at
-        this batch boundary.
+        ``probe``: ``df``'s rows in a plan of its own, for a small batch's collect;
+        ``df`` may then be a function building its frame, called only when the
+        executors write the batch (see ``stage``). Raises the committer's failure,
+        if it stopped on one, at this batch boundary.
         """
         called_ms = time.time() * 1000
         laps = Laps()
@@ -154,7 +158,10 @@ class WalSink(SinkInstance):
         pipeline = self._pipeline_for()
         self._guard_first_batch(batch_id)
         self._check_lease(batch_id)
-        self.check_columns(df.columns)
+        if probe is None and callable(df):
+            df = df()
+        rows = probe if probe is not None else df  # a frame of the batch's rows
+        self.check_columns(rows.columns)
         lease_ms = laps.lap()
         # Backpressure: at most wal.max_pending staged batches wait for MySQL.
         pipeline.wait_for_room()
@@ -169,7 +176,7 @@ class WalSink(SinkInstance):
             self._last_rows = staged.rows
         stage_ms = laps.lap()
         planned = (
-            batch_timestamp_ms(df.sparkSession, self._checkpoint, batch_id)
+            batch_timestamp_ms(rows.sparkSession, self._checkpoint, batch_id)
             if self._checkpoint
             else None
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -81,7 +81,7 @@ class Laps:
 
 
 def stage(
-    df: DataFrame,
+    df: DataFrame | Callable[[], DataFrame],
     writer: WalWriter,
     batch_id: int,
     order_by: str | None = None,
@@ -96,15 +96,19 @@ def stage(
     A batch of at most ``driver_rows`` rows is written from the driver instead
     (driver_stage.py), collected from ``probe`` when given (the same rows as
     ``df``, in a plan of its own: observed metrics then tell the driver's collect
-    from the executors' write). ``times``, when given, receives where the time
-    went and which path wrote the batch.
+    from the executors' write); ``df`` may then be a function building its frame,
+    called only when the executors write the batch. ``times``, when given,
+    receives where the time went and which path wrote the batch.
 
     Returns:
         The batch as this call committed it, files in apply order.
     """
     times = times if times is not None else StageTimes()
     clock = Laps()
-    reserved = [c for c in df.columns if c.startswith(RESERVED_PREFIX)]
+    if probe is None and callable(df):
+        df = df()
+    rows = probe if probe is not None else df  # a frame of the batch's rows
+    reserved = [c for c in rows.columns if c.startswith(RESERVED_PREFIX)]
     if reserved:
         raise TerminalError(
             f"stream column(s) {', '.join(reserved)} use the reserved prefix "
@@ -120,11 +124,7 @@ def stage(
     written = faults.watch_stage(
         join(writer.location, f"{BATCH_COLUMN}={batch_id}"), batch_id
     )
-    small = (
-        collect_small(probe if probe is not None else df, driver_rows, order_by)
-        if driver_rows
-        else None
-    )
+    small = collect_small(rows, driver_rows, order_by) if driver_rows else None
     times.collect_ms = clock.lap()
     if small is not None:
         files = [write_file(writer, attempt, small, batch_id)]
@@ -133,6 +133,8 @@ def stage(
         times.write_ms = clock.lap()
         times.from_driver = True
     else:
+        if callable(df):
+            df = df()
         if order_by is not None:
             df = df.repartitionByRange(order_by).sortWithinPartitions(order_by)
         # One expression string, not a Column per stream column: every Column is a
