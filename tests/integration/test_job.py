@@ -100,6 +100,9 @@ options = {{ maxFilesPerTrigger = 2 }}""",
     acked = {r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack")}
     assert set(WalReader(str(tmp_path / "wal")).staged_batches()) <= acked
     assert "batch " in log.read_text() and "rows=" in log.read_text()
+    # The job's session writes a local checkpoint without checksum files
+    # (session.py), and the kills above found every entry whole all the same.
+    assert checksum_files(tmp_path / "checkpoint") == []
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +182,9 @@ def test_unparseable_records_are_quarantined_once_not_applied(db, tmp_path):
     assert "unparseable record(s) quarantined" in job.log.read_text()
 
 
-def landing_config(db, tmp_path: Path, name: str, extra: str = "") -> Path:
+def landing_config(
+    db, tmp_path: Path, name: str, extra: str = "", job: str = JOB
+) -> Path:
     landing = tmp_path / "landing"
     landing.mkdir(exist_ok=True)
     for i in range(3):
@@ -197,8 +202,13 @@ path = "{landing}"
 schema = "k STRING, amount DECIMAL(12,2)"
 options = {{ maxFilesPerTrigger = 1 }}""",
         table=name,
-        job=f"{JOB}\n{extra}",
+        job=f"{job}\n{extra}",
     )
+
+
+def checksum_files(*roots: Path) -> list[Path]:
+    """Hadoop's ``.crc`` files under ``roots``."""
+    return [p for root in roots for p in root.rglob("*.crc")]
 
 
 def test_restart_strategy_gives_up_after_its_attempts(db, tmp_path):
@@ -223,13 +233,20 @@ def test_restart_strategy_gives_up_after_its_attempts(db, tmp_path):
 
 
 def test_restart_after_a_failure_recovers_and_drains(db, tmp_path):
+    """Also: Hadoop's checksummed local FileContext, set in job.spark_conf, wins
+    over the job's default (the raw one) for the checkpoint."""
     fresh_table(db, "retry")
+    checksummed = (
+        '"spark.hadoop.fs.AbstractFileSystem.file.impl" = '
+        '"org.apache.hadoop.fs.local.LocalFs"'
+    )
     config = landing_config(
         db,
         tmp_path,
         "retry",
         'restart = { strategy = "failure-rate", max_failures = 2, '
         'interval = "1 minute", delay = "1s" }',
+        job=f'trigger = "1 second"\nspark_conf = {{ {checksummed} }}',
     )
     job = JobProcess(
         config,
@@ -240,6 +257,7 @@ def test_restart_after_a_failure_recovers_and_drains(db, tmp_path):
     assert job.wait() == 0, job.tail()
     assert "injected fault" in job.text()
     assert totals(db, "retry") == {"a": Decimal("3.00")}
+    assert checksum_files(tmp_path / "checkpoint" / "offsets")
 
 
 def test_bad_config_exits_two_with_one_line(tmp_path):

@@ -332,8 +332,8 @@ class JobConfig:
     )
     """Spark settings for the job's session: given to it as it starts (so static
     settings such as ``spark.hadoop.*`` work under spark-submit) and set again on
-    a session the job is handed. A key set here wins over the job's own defaults
-    (local paths without Hadoop's checksum files)."""
+    a session the job is handed. A key set here wins over the job's own default
+    (a local checkpoint written without Hadoop's checksum files)."""
     restart: RestartConfig = Field(default_factory=RestartConfig)
     """What to do when the query fails."""
     stop_timeout: Seconds = 30.0
