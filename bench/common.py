@@ -7,6 +7,7 @@ numbers drift on shared machines, ratios much less.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import tempfile
@@ -112,6 +113,19 @@ def load_line(when: str) -> str:
     disturbed by other work (1-minute load above the core count) is void."""
     one, five, fifteen = os.getloadavg()
     return f"load average at the {when}: {one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def cpu_seconds(mariadb: MariaDB) -> tuple[float, float]:
+    """CPU seconds so far (user + system) of the processes this one has waited for
+    (a ``spark-submit``: its JVM with the executors' threads, and the Python
+    driver the JVM waited for) and of the bench's MariaDB server. On a machine of
+    few cores a run that needs more CPU cannot be faster than one that needs less
+    for long, whatever overlaps."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pid = (mariadb.base_dir / "mysqld.pid").read_text().strip()
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    server = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return children.ru_utime + children.ru_stime, server
 
 
 def seconds(fn: Callable[[], object]) -> float:

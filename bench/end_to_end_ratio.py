@@ -28,7 +28,9 @@ lines): start-up (spark-submit to the job's first line, to the lease, to the fir
 batch's foreachBatch call), each batch's planning, stage (with its parts) and
 apply, the time Spark spends between two batches, the committer's idle time
 between its first and last apply, and the drain (last stage to the end of the
-query) and exit.
+query) and exit. And the CPU seconds each side used (its spark-submit and the
+MariaDB server): on two cores, the side that needs more CPU cannot be faster for
+long, however its parts overlap.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from bench.common import Bench, load_line
+from bench.common import Bench, cpu_seconds, load_line
 from devtools.spark_job import REPO, SPARK_SUBMIT, JobProcess, job_env
 
 SCHEMA = "k STRING, amount DECIMAL(12,2), label STRING, seq BIGINT"
@@ -291,10 +293,14 @@ def main(
             side()
         timelines = {side: [] for side in timelines}
         times: dict[str, list[float]] = {side: [] for side in run}
+        cpu: dict[str, list[tuple[float, float]]] = {side: [] for side in run}
         for r in range(repeat):
             order = list(run)
             for side in order if r % 2 == 0 else order[::-1]:
+                job_before, server_before = cpu_seconds(bench.mariadb)
                 times[side].append(run[side]())
+                job_after, server_after = cpu_seconds(bench.mariadb)
+                cpu[side].append((job_after - job_before, server_after - server_before))
             print(
                 f"round {r + 1}: "
                 + ", ".join(f"{side} {times[side][-1]:.1f} s" for side in run)
@@ -318,6 +324,13 @@ def main(
                     f">= 1.0; median {mine:.1f} s vs {base:.1f} s; per round "
                     f"{', '.join(f'{p:.2f}' for p in per_round)})"
                 )
+        for side, used in cpu.items():
+            job = statistics.median(j for j, _ in used)
+            server = statistics.median(m for _, m in used)
+            print(
+                f"CPU seconds, {side} (median): spark-submit {job:.1f} + MariaDB "
+                f"{server:.1f} = {job + server:.1f}"
+            )
         for side, runs in timelines.items():
             for i, timeline in enumerate(runs, 1):
                 print(f"timeline of {side} run {i} ({timeline.total:.1f} s):")

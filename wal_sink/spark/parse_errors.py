@@ -119,16 +119,18 @@ class ParseFold:
     def rows(
         self, raw: DataFrame, probe: bool
     ) -> tuple[
-        Callable[[], DataFrame], DataFrame | None, Callable[[int, bool | None], None]
+        DataFrame | Callable[[], DataFrame],
+        DataFrame | None,
+        Callable[[int, bool | None], None],
     ]:
         """What to stage from ``raw`` (parsed rows through [transform]): for the
-        executors' write (a function building it, only when a batch goes that way:
-        each plan costs tens of round trips to the JVM) and, with ``probe``, for
-        the driver's collect of a small batch, each counting the batch's parse
-        errors in its own pass; and the function to call once staging is done,
-        with the batch id and which pass read the whole batch (True: the driver's
-        collect, False: the executors' write, None: neither, as when the WAL held
-        the batch): it records the parse errors."""
+        executors' write (with ``probe``, a function building it, called only when
+        a batch goes that way: each plan costs tens of round trips to the JVM) and,
+        with ``probe``, for the driver's collect of a small batch, each counting
+        the batch's parse errors in its own pass; and the function to call once
+        staging is done, with the batch id and which pass read the whole batch
+        (True: the driver's collect, False: the executors' write, None: neither,
+        as when the WAL held the batch): it records the parse errors."""
         built: dict[str, tuple[DataFrame, Observation]] = {}
 
         def counted(name: str) -> DataFrame:
@@ -147,7 +149,9 @@ class ParseFold:
                     return
             self._record(raw, batch_id)
 
-        return lambda: counted("write"), counted("collect") if probe else None, record
+        if not probe:  # the write's frame is needed: built now, inside ``fold``
+            return counted("write"), None, record
+        return lambda: counted("write"), counted("collect"), record
 
     def _record(self, raw: DataFrame, batch_id: int) -> None:
         # Every column is read, as in the parse-error query: Spark parses only the
