@@ -77,6 +77,10 @@ class RowApplier:
         self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="wal-sink-prefetch")
         """Reads (and renders) the next chunk while MySQL executes the current."""
 
+    def close(self) -> None:
+        """End the prefetch thread; called once no batch is being applied."""
+        self._prefetch.shutdown()
+
     def target(self) -> Table:
         """The reflected target table (once); refuses tables that are not InnoDB."""
         if self._target is None:
