@@ -9,8 +9,9 @@ under savepoints by bisecting the chunk) are set aside for the quarantine; the r
 of the batch is applied.
 
 MySQL executing a chunk's statements and the client reading and rendering the next
-chunk overlap: one chunk ahead is read from the WAL (and rendered, on the multi-row
-path) on a thread of its own while the current one executes. Small files of a batch
+chunk overlap: one chunk ahead is read from the WAL, its way decided (chunk_path.py)
+and, on the multi-row path, rendered on a thread of its own while the current one
+executes. Small files of a batch
 are joined into chunks of up to ``wal.chunk_rows`` rows, and statements are built
 once per schema, not per batch: a backlog of small batches costs fewer round trips.
 """
@@ -39,6 +40,7 @@ from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.unique_keys import AnotherRow, refuse_unique_conflicts
 from wal_sink.mysql.upsert import build_delete, build_upsert
+from wal_sink.protocol.chunk_path import ChunkPath, Decision, decide
 from wal_sink.protocol.screen import Screen, Screened
 from wal_sink.protocol.versioned_cdc import VersionedCdc
 from wal_sink.wal.model import StagedBatch
@@ -104,25 +106,24 @@ class RowApplier:
     ) -> tuple[int, int, int, list[Entry]]:
         """Apply ``chunks`` (``total`` rows, the stream's columns) in order, as a
         staged batch's; return (upserted, deleted, skipped as stale, set aside)."""
-        cdc = self.config.cdc
         self._render = renders_exactly(conn, self.sink_id)
         rows = deleted = skipped = done = 0
         bad: list[Entry] = []
         chunk_rows = self.config.wal.chunk_rows
         chunks = map(self._screened(conn), _coalesced(chunks, chunk_rows))
-        for screened, rendered in prefetched(
-            chunks, self._render_ahead, self._prefetch
-        ):
+        for screened, ahead in prefetched(chunks, self._decide_ahead, self._prefetch):
             chunk = screened.chunk
             bad.extend(screened.set_aside)
             found = self._statements(conn, chunk.schema)
-            applied = (
-                None
-                if cdc or not self._render
-                else self._apply_rendered(
-                    conn, chunk, found.loader, found.multi, rendered
-                )
+            # Decided ahead unless its schema was new, and again if LOAD DATA was
+            # refused since (on this thread, after the prefetch decided).
+            decision = (
+                ahead
+                if ahead is not None
+                and ahead.holds(self._render, self._bulk_load_allowed)
+                else self._decide(found, chunk, self._bulk_load_allowed)
             )
+            applied = self._apply_decided(conn, chunk, found, decision)
             if applied is not None:
                 rows += applied
             else:
@@ -237,46 +238,46 @@ class RowApplier:
             self._another_row = AnotherRow(self.target(), self.config.mysql.key)
         return self._another_row.reason(conn, row, e) or _refused(conn, row, e)
 
-    def _render_ahead(self, screened: Screened) -> list[str] | None:
-        """On the prefetch thread: the chunk's multi-row statements, when that is
-        the way it will go and its schema's statements are built already; None
-        leaves the chunk to the caller."""
-        chunk = screened.chunk
-        found = self._known(chunk.schema)
-        if (
-            not self._render
-            or found is None
-            or found.multi is None
-            or (found.loader is not None and self._bulk_load_allowed)
-            or any(chunk.column(k).null_count for k in self.config.mysql.key)
-            or not found.multi.renders(chunk)
-        ):
-            return None
-        return found.multi.render(chunk)
+    def _decide(
+        self, found: _Statements, chunk: pa.RecordBatch, bulk_load: bool
+    ) -> Decision:
+        return decide(
+            chunk,
+            self.config.mysql.key,
+            found.multi,
+            found.loader,
+            render=self._render,
+            bulk_load=bulk_load,
+        )
 
-    def _apply_rendered(
+    def _decide_ahead(self, screened: Screened) -> Decision | None:
+        """On the prefetch thread: the chunk's way (its statements rendered on the
+        multi-row path); None when its schema's statements are not built yet (that
+        needs the connection)."""
+        found = self._known(screened.chunk.schema)
+        if found is None:
+            return None
+        return self._decide(found, screened.chunk, self._bulk_load_allowed)
+
+    def _apply_decided(
         self,
         conn: Connection,
         chunk: pa.RecordBatch,
-        loader: BulkLoader | None,
-        multi: MultiRowUpsert | None,
-        statements: list[str] | None = None,
+        found: _Statements,
+        decision: Decision,
     ) -> int | None:
-        """Apply a chunk rendered in Arrow (LOAD DATA if enabled, else multi-row
-        INSERTs, ``statements`` if rendered ahead); None means: let the driver
-        render it value by value, which quarantines null keys and isolates rows
-        MySQL rejects."""
-        if any(chunk.column(k).null_count for k in self.config.mysql.key):
-            return None
-        if loader is not None and self._bulk_load_allowed:
-            applied = self._attempt(conn, loader.apply, chunk)
+        """Apply a chunk rendered in Arrow as ``decision`` says (LOAD DATA, else
+        multi-row INSERTs); None means: let the driver render it value by value,
+        which quarantines null keys and isolates rows MySQL rejects."""
+        if decision.path is ChunkPath.BULK_LOAD:
+            applied = self._attempt(conn, found.loader.apply, chunk)
             if applied is not None:
                 return applied
-        if statements is None:  # not rendered ahead
-            if multi is None or not multi.renders(chunk):
-                return None
-            statements = multi.render(chunk)
-        apply = functools.partial(multi.apply, statements=statements)
+            decision = self._decide(found, chunk, bulk_load=False)
+        if decision.path is not ChunkPath.MULTI_ROW:
+            return None
+        statements = decision.statements
+        apply = functools.partial(found.multi.apply, statements=statements)
         if len(statements) > 1:
             return self._attempt(conn, apply, chunk)
         # One statement needs no savepoint: InnoDB (preflight) undoes a failed
