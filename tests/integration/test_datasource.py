@@ -278,3 +278,41 @@ def test_close_releases_nothing_under_a_committer_still_in_its_transaction(
     assert threads_since(before) == set()
     acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack")]
     assert acked == [0] and target() == {"a": Decimal(1)}, "its COMMIT went through"
+
+
+def test_a_stop_while_draining_gives_up_after_the_stop_timeout(db, target, tmp_path):
+    """``--available-now`` tells the follower to drain; a SIGTERM meanwhile tells it
+    to stop: what is staged is then applied for up to job.stop_timeout, no longer,
+    as on the foreachBatch path."""
+    config = write_config(
+        tmp_path / "sigdrain.toml",
+        db,
+        table="ds_totals",
+        wal="max_pending = 9",
+        mysql=f"{ADD_AMOUNT}\nmax_transaction_rows = 1",
+        job='stop_timeout = "2s"',
+    )
+    sink = load_config(config)
+    schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))
+    db.execute("INSERT INTO ds_totals (k, amount) VALUES ('a', 0)")
+    with db.connect() as lock, lock.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("SELECT * FROM ds_totals WHERE k = 'a' FOR UPDATE")
+        follower = FollowerThread(config)
+        assert follower.follower.following.wait(60), "past its start-up"
+        for batch_id in (0, 1):
+            rows = pa.record_batch([pa.array(["a"]), pa.array([1])], schema)
+            task = write_task_file(
+                sink.wal_path, sink.storage, batch_id, "a", 0, [rows], schema
+            )
+            run = WriterRun("sigdrain", "run")
+            StageCommitter(sink, run).commit(batch_id, [task], schema)
+        follower.follower.stop(drain=True)
+        time.sleep(1)  # draining, blocked applying batch 0
+        follower.follower.stop()
+        follower.thread.join(20)  # within the stop timeout, MySQL still blocked
+        assert not follower.thread.is_alive() and follower.failure is None
+        lock.rollback()
+    assert follower.follower.instance.close(timeout=30)
+    acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack")]
+    assert acked == [0], "the group under way commits; batch 1 stays staged"
