@@ -71,9 +71,10 @@ class Follower:
     ) -> None:
         self.instance = instance
         self.config = instance.config
-        self.stop_timeout: float | None = (
+        self._stop_timeout = (
             self.config.job.stop_timeout if self.config.job else STOP_TIMEOUT
         )
+        self.stop_timeout: float | None = self._stop_timeout
         self.clock = clock
         self.poll_seconds = (
             OBJECT_STORE_POLL if is_s3(self.config.wal_path) else (LOCAL_POLL)
@@ -97,9 +98,9 @@ class Follower:
 
     def stop(self, drain: bool = False) -> None:
         """Stop following; what is staged is still applied, for up to the stop
-        timeout, or all of it with ``drain``."""
-        if drain:
-            self.stop_timeout = None
+        timeout, or all of it with ``drain`` (until a later ``stop()``: a SIGTERM
+        while ``--available-now`` drains)."""
+        self.stop_timeout = None if drain else self._stop_timeout
         self.stop_signal.stop_taking_batches()
 
     def stop_now(self) -> None:
