@@ -141,9 +141,7 @@ def test_close_ends_the_thread_after_the_group_in_progress(pipeline, committer):
         pipeline.submit(handoff(2))
 
 
-def test_close_of_an_idle_pipeline_ends_its_thread_without_waiting(
-    pipeline, committer
-):
+def test_close_of_an_idle_pipeline_ends_its_thread_without_waiting(pipeline, committer):
     pipeline.submit(handoff(0))
     committer.group_started()
     committer.let_commit()

@@ -3,44 +3,51 @@ the commit, docs/protocol.md), in staged order and in bounded chunks.
 
 A chunk goes as multi-row INSERTs rendered in Arrow (or through LOAD DATA with
 ``mysql.local_infile``); one that cannot be rendered exactly, or that MySQL rejects,
-goes value by value through the driver. Rows MySQL cannot be sent (screen.py), rows
-with a null key, NaN or infinity, and rows whose values MySQL rejects (isolated
-under savepoints by bisecting the chunk) are set aside for the quarantine; the rest
-of the batch is applied.
+goes value by value through the driver (driver_rows.py). Rows MySQL cannot be sent
+(screen.py), rows with a null key, NaN or infinity, and rows whose values MySQL
+rejects (isolated under savepoints by bisecting the chunk) are set aside for the
+quarantine; the rest of the batch is applied.
 
 MySQL executing a chunk's statements and the client reading and rendering the next
 chunk overlap: one chunk ahead is read from the WAL, its way decided (chunk_path.py)
 and, on the multi-row path, rendered on a thread of its own while the current one
-executes. Small files of a batch
-are joined into chunks of up to ``wal.chunk_rows`` rows, and statements are built
-once per schema, not per batch: a backlog of small batches costs fewer round trips.
+executes. Small files of a batch are joined into chunks of up to ``wal.chunk_rows``
+rows, and statements are built once per schema, not per batch: a backlog of small
+batches costs fewer round trips.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from sqlalchemy import Connection, Delete, Engine, Executable, Table, text
+from sqlalchemy import Connection, Delete, Engine, Table, text
 from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config
 from wal_sink.errors import first_line
 from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
-from wal_sink.mysql.errors import error_code, is_row_error
+from wal_sink.mysql.errors import is_row_error
 from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.unique_keys import AnotherRow, refuse_unique_conflicts
 from wal_sink.mysql.upsert import build_delete, build_upsert
 from wal_sink.protocol.chunk_path import ChunkPath, Decision, decide
+from wal_sink.protocol.driver_rows import (
+    drop_non_finite,
+    drop_null_keys,
+    isolating,
+    python_rows,
+    refused,
+    split_runs,
+)
 from wal_sink.protocol.screen import Screen, Screened
 from wal_sink.protocol.versioned_cdc import VersionedCdc
 from wal_sink.wal.model import StagedBatch
@@ -51,8 +58,6 @@ log = logging.getLogger(__name__)
 
 ChunkCallback = Callable[[int, int], None]
 """Called after each applied chunk with (rows so far, rows in the batch)."""
-RefusalReason = Callable[[Connection, dict[str, Any], DBAPIError], str]
-"""Why MySQL refused one row, as its quarantine entry says."""
 T = TypeVar("T")
 U = TypeVar("U")
 
@@ -144,7 +149,7 @@ class RowApplier:
         """The chunk's rows for the driver, with how many were dropped as stale and
         the rows set aside doing so: whole, or with versioned CDC in pieces of one
         tombstone read each (each read once the piece before it is applied)."""
-        values = _python_rows(chunk)
+        values = python_rows(chunk)
         if found.versioned is None:
             yield values, 0, []
         else:
@@ -161,25 +166,25 @@ class RowApplier:
         returns (upserted, deleted)."""
         mysql, cdc = self.config.mysql, self.config.cdc
         rows = deleted = 0
-        for is_delete, run, ops in _runs(
+        for is_delete, run, ops in split_runs(
             values,
             cdc.op_column if cdc else None,
             cdc.delete_values if cdc else (),
         ):
             before = len(bad)
-            run = _drop_null_keys(run, mysql.key, bad)
+            run = drop_null_keys(run, mysql.key, bad)
             if is_delete:
                 by = mysql.key
                 if found.versioned is not None:  # tombstones: versioned_cdc.py
                     by = (*by, found.versioned.version)
                 params = [{k: r[k] for k in by} for r in run]
                 ops.update({id(p): ops[id(r)] for p, r in zip(params, run)})
-                deleted += _isolating(conn, found.delete, params, bad)
+                deleted += isolating(conn, found.delete, params, bad)
             else:
-                rows += _isolating(
+                rows += isolating(
                     conn,
                     found.upsert,
-                    _drop_non_finite(run, bad),
+                    drop_non_finite(run, bad),
                     bad,
                     self._upsert_refused,
                 )
@@ -236,7 +241,7 @@ class RowApplier:
         row names the index and that row's key."""
         if self._another_row is None:
             self._another_row = AnotherRow(self.target(), self.config.mysql.key)
-        return self._another_row.reason(conn, row, e) or _refused(conn, row, e)
+        return self._another_row.reason(conn, row, e) or refused(conn, row, e)
 
     def _decide(
         self, found: _Statements, chunk: pa.RecordBatch, bulk_load: bool
@@ -382,111 +387,3 @@ def prefetched(
             yield item, prepared
     finally:
         wait([ahead])  # ``items`` is never advanced by two threads at once
-
-
-def _runs(
-    rows: list[dict[str, Any]], op_column: str | None, delete_values: tuple[str, ...]
-) -> Iterator[tuple[bool, list[dict[str, Any]], dict[int, Any]]]:
-    """Split a chunk's rows into consecutive runs of upserts and deletes, order
-    kept; the op column leaves each row, its value kept by the row's ``id``."""
-    if op_column is None:
-        yield False, rows, {}
-        return
-    run: list[dict[str, Any]] = []
-    ops: dict[int, Any] = {}
-    run_is_delete = False
-    for row in rows:
-        op = row.pop(op_column)
-        is_delete = op in delete_values
-        if run and is_delete != run_is_delete:
-            yield run_is_delete, run, ops
-            run, ops = [], {}
-        run_is_delete = is_delete
-        run.append(row)
-        ops[id(row)] = op
-    if run:
-        yield run_is_delete, run, ops
-
-
-def _python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:
-    """Rows as dicts for the driver; zoned timestamps become naive UTC (session TZ)."""
-    columns = []
-    for field_, column in zip(chunk.schema, chunk.columns):
-        if pa.types.is_timestamp(field_.type) and field_.type.tz is not None:
-            column = column.cast(pa.timestamp(field_.type.unit))
-        columns.append(column)
-    return pa.RecordBatch.from_arrays(columns, names=chunk.schema.names).to_pylist()
-
-
-def _drop_null_keys(
-    run: list[dict[str, Any]], key: tuple[str, ...], bad: list[Entry]
-) -> list[dict[str, Any]]:
-    kept = []
-    for row in run:
-        missing = [k for k in key if row.get(k) is None]
-        if missing:
-            bad.append(Entry(row, f"null key column(s): {', '.join(missing)}"))
-        else:
-            kept.append(row)
-    return kept
-
-
-def _drop_non_finite(
-    run: list[dict[str, Any]], bad: list[Entry]
-) -> list[dict[str, Any]]:
-    """Rows to upsert holding a NaN or infinite float: no MySQL column can store one
-    (the driver refuses them before the server sees them)."""
-    kept = []
-    for row in run:
-        not_finite = [
-            c for c, v in row.items() if isinstance(v, float) and not math.isfinite(v)
-        ]
-        if not_finite:
-            bad.append(
-                Entry(
-                    row,
-                    f"NaN or infinity in column(s): {', '.join(not_finite)}; "
-                    "MySQL cannot store it",
-                )
-            )
-        else:
-            kept.append(row)
-    return kept
-
-
-def _refused(conn: Connection, row: dict[str, Any], e: DBAPIError) -> str:
-    """The reason a row MySQL rejected is set aside: MySQL's own."""
-    return f"MySQL error {error_code(e)}: {first_line(e.orig)}"
-
-
-def _isolating(
-    conn: Connection,
-    stmt: Executable,
-    rows: list[dict[str, Any]],
-    bad: list[Entry],
-    reason: RefusalReason = _refused,
-) -> int:
-    """Execute ``stmt`` for ``rows`` under a savepoint; when MySQL rejects a row's
-    values, bisect to find the rejected rows, set them aside with ``reason``, apply
-    the rest in order. Returns how many rows were applied."""
-    if not rows:
-        return 0
-    savepoint = conn.begin_nested()
-    try:
-        conn.execute(stmt, rows)
-    except DBAPIError as e:
-        # Anything but a row error (a deadlock, a lost link) may have ended the
-        # whole transaction, savepoint included: leave it to the transaction.
-        if not is_row_error(e):
-            raise
-        savepoint.rollback()
-        if len(rows) == 1:
-            bad.append(Entry(rows[0], reason(conn, rows[0], e)))
-            return 0
-    else:
-        savepoint.commit()
-        return len(rows)
-    middle = len(rows) // 2
-    return _isolating(conn, stmt, rows[:middle], bad, reason) + _isolating(
-        conn, stmt, rows[middle:], bad, reason
-    )
