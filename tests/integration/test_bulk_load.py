@@ -117,12 +117,41 @@ def test_refused_local_infile_falls_back(
         _, fast = run(
             spark, db, make_config, tmp_path, "refused", rows(500), local_infile=True
         )
-        assert fast.apply(0).rows == 500
+        chunks: list[int] = []
+        result = fast.apply(0, on_chunk=lambda done, total: chunks.append(done))
+        assert result.rows == 500
     finally:
         with mariadb.root() as root, root.cursor() as cur:
             cur.execute("SET GLOBAL local_infile = 1")
-    assert "LOAD DATA LOCAL INFILE refused" in caplog.text
+    assert len(chunks) >= 2  # refused once, not once per chunk
+    assert caplog.text.count("LOAD DATA LOCAL INFILE refused") == 1, caplog.text
     assert db.rows("SELECT COUNT(*) FROM refused") == [(37,)]
+
+
+def test_load_data_refused_from_one_batch_on_is_tried_once_not_per_chunk(
+    spark, db, mariadb, make_config, caplog, tmp_path
+):
+    """LOAD DATA worked for batch 0; the server refuses it from batch 1 on. The
+    prefetch thread decided batch 1's second chunk (LOAD DATA) while the first was
+    being refused: that decision is made again, and LOAD DATA is not tried again."""
+    config, committer = run(
+        spark, db, make_config, tmp_path, "flip", rows(500), local_infile=True
+    )
+    assert committer.apply(0).rows == 500
+    later = spark.createDataFrame(rows(2000, start=500), SCHEMA).repartition(3)
+    stage(later, WalWriter(config.wal_path, "flip"), 1)
+    with mariadb.root() as root, root.cursor() as cur:
+        cur.execute("SET GLOBAL local_infile = 0")
+    try:
+        chunks: list[int] = []
+        result = committer.apply(1, on_chunk=lambda done, total: chunks.append(done))
+        assert result.rows == 2000
+    finally:
+        with mariadb.root() as root, root.cursor() as cur:
+            cur.execute("SET GLOBAL local_infile = 1")
+    assert len(chunks) >= 3
+    assert caplog.text.count("LOAD DATA LOCAL INFILE refused") == 1, caplog.text
+    assert db.rows("SELECT COUNT(*) FROM flip") == [(37,)]
 
 
 def test_fast_path_is_atomic(spark, db, make_config, tmp_path):

@@ -235,3 +235,84 @@ def test_a_draining_follower_applies_every_staged_batch_and_stop_now_leaves_them
     acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
     assert acked == [0, 1, 2, 3], "drained: 0..2; stopped at once: 3 only"
     assert target() == {"a": Decimal(4)}
+
+
+def threads_since(before: set[threading.Thread]) -> set[str]:
+    return {t.name.rstrip("_0123456789") for t in set(threading.enumerate()) - before}
+
+
+def test_close_releases_nothing_under_a_committer_still_in_its_transaction(
+    db, target, tmp_path, caplog
+):
+    """Told to stop now while MySQL holds its transaction behind a row lock, the
+    follower returns; closing the sink then leaves the committer's connection and
+    threads to it (one line says so). Once the transaction ended, close ends the
+    committer thread and the prefetch thread and releases the connections."""
+    before = set(threading.enumerate())
+    config = ds_config(tmp_path / "close.toml", db, "close")
+    sink = load_config(config)
+    schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))
+    db.execute("INSERT INTO ds_totals (k, amount) VALUES ('a', 0)")
+    with db.connect() as lock, lock.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("SELECT * FROM ds_totals WHERE k = 'a' FOR UPDATE")
+        follower = FollowerThread(config)
+        assert follower.follower.following.wait(60), "past its start-up"
+        rows = pa.record_batch([pa.array(["a"]), pa.array([1])], schema)
+        task = write_task_file(sink.wal_path, sink.storage, 0, "a", 0, [rows], schema)
+        StageCommitter(sink, WriterRun("close", "run")).commit(0, [task], schema)
+        time.sleep(1)  # the committer is blocked applying batch 0
+        follower.follower.stop_now()
+        follower.thread.join(10)
+        assert not follower.thread.is_alive() and follower.failure is None
+        instance = follower.follower.instance
+        assert not instance.close()
+        assert "the committer is still in a transaction" in caplog.text
+        assert instance.engine.pool.checkedout() == 1, "its connection, undisposed"
+        assert threads_since(before) == {
+            "wal-sink-committer-close",
+            "wal-sink-prefetch",
+        }
+        lock.rollback()
+    assert instance.close(timeout=30)
+    assert threads_since(before) == set()
+    acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack")]
+    assert acked == [0] and target() == {"a": Decimal(1)}, "its COMMIT went through"
+
+
+def test_a_stop_while_draining_gives_up_after_the_stop_timeout(db, target, tmp_path):
+    """``--available-now`` tells the follower to drain; a SIGTERM meanwhile tells it
+    to stop: what is staged is then applied for up to job.stop_timeout, no longer,
+    as on the foreachBatch path."""
+    config = write_config(
+        tmp_path / "sigdrain.toml",
+        db,
+        table="ds_totals",
+        wal="max_pending = 9",
+        mysql=f"{ADD_AMOUNT}\nmax_transaction_rows = 1",
+        job='stop_timeout = "2s"',
+    )
+    sink = load_config(config)
+    schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))
+    db.execute("INSERT INTO ds_totals (k, amount) VALUES ('a', 0)")
+    with db.connect() as lock, lock.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("SELECT * FROM ds_totals WHERE k = 'a' FOR UPDATE")
+        follower = FollowerThread(config)
+        assert follower.follower.following.wait(60), "past its start-up"
+        for batch_id in (0, 1):
+            rows = pa.record_batch([pa.array(["a"]), pa.array([1])], schema)
+            task = write_task_file(
+                sink.wal_path, sink.storage, batch_id, "a", 0, [rows], schema
+            )
+            run = WriterRun("sigdrain", "run")
+            StageCommitter(sink, run).commit(batch_id, [task], schema)
+        follower.follower.stop(drain=True)
+        time.sleep(1)  # draining, blocked applying batch 0
+        follower.follower.stop()
+        follower.thread.join(20)  # within the stop timeout, MySQL still blocked
+        assert not follower.thread.is_alive() and follower.failure is None
+        lock.rollback()
+    assert follower.follower.instance.close(timeout=30)
+    acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack")]
+    assert acked == [0], "the group under way commits; batch 1 stays staged"

@@ -10,13 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pytest
 
-from wal_sink.protocol.batch_rows import (
-    _coalesced,
-    _drop_non_finite,
-    _drop_null_keys,
-    _runs,
-    prefetched,
-)
+from wal_sink.protocol.batch_rows import _coalesced, prefetched
+from wal_sink.protocol.driver_rows import drop_non_finite, drop_null_keys, split_runs
 
 
 @pytest.fixture
@@ -113,7 +108,7 @@ def test_cdc_rows_split_into_runs_of_upserts_and_deletes_in_order():
     ]
     runs = [
         (is_delete, [r["k"] for r in run], sorted(ops.values()))
-        for is_delete, run, ops in _runs(rows, "op", ("D", "X"))
+        for is_delete, run, ops in split_runs(rows, "op", ("D", "X"))
     ]
     assert runs == [
         (False, [1, 2], ["I", "U"]),
@@ -125,7 +120,7 @@ def test_cdc_rows_split_into_runs_of_upserts_and_deletes_in_order():
 
 def test_without_cdc_the_rows_are_one_run_of_upserts():
     rows = [{"k": 1}, {"k": 2}]
-    assert list(_runs(rows, None, ())) == [(False, rows, {})]
+    assert list(split_runs(rows, None, ())) == [(False, rows, {})]
 
 
 def test_rows_with_a_null_key_or_a_non_finite_float_are_set_aside():
@@ -137,7 +132,7 @@ def test_rows_with_a_null_key_or_a_non_finite_float_are_set_aside():
         {"k": 3, "j": "a", "x": float("nan")},
         {"k": 4, "j": "a", "x": float("-inf")},
     ]
-    kept = _drop_non_finite(_drop_null_keys(run, ("k", "j"), bad), bad)
+    kept = drop_non_finite(drop_null_keys(run, ("k", "j"), bad), bad)
     assert [r["k"] for r in kept] == [1]
     assert [e.reason for e in bad] == [
         "null key column(s): k",

@@ -5,7 +5,6 @@ and storage errors a retry can cure, and the outage budget."""
 from __future__ import annotations
 
 import errno
-import threading
 
 import pymysql
 import pytest
@@ -32,6 +31,7 @@ from wal_sink.protocol.recovery import (
     pending_batches,
 )
 from wal_sink.protocol.retry import OutageBudget, RetryStopped
+from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.source import scaled_rate_limits
 from wal_sink.wal.storage_errors import storage_error
 
@@ -183,8 +183,8 @@ def test_outage_budget_backs_off_then_gives_up():
     now = [0.0]
     waits: list[float] = []
 
-    class Clock(threading.Event):
-        def wait(self, timeout=None):
+    class Clock(StopSignal):
+        def wait(self, timeout, **level):
             waits.append(timeout)
             now[0] += timeout
             return False
@@ -198,12 +198,17 @@ def test_outage_budget_backs_off_then_gives_up():
     assert waits[0] <= 1 and max(waits) > 1, "doubling, capped"
 
 
-def test_outage_budget_stops_waiting_when_asked():
-    mysql = MysqlConfig(url="mysql+pymysql://u@h/d", table="t", key=("k",))
-    stop = threading.Event()
-    stop.set()
+def test_outage_budget_stops_waiting_when_asked_to_stop_now():
+    mysql = MysqlConfig(
+        url="mysql+pymysql://u@h/d", table="t", key=("k",), retry_backoff=0.01
+    )
+    stop = StopSignal()
+    stop.stop_taking_batches()  # not enough: the outage is still waited out
+    budget = OutageBudget(mysql, "work", stop=stop)
+    budget.wait(TransientError("down"))
+    stop.stop_now()
     with pytest.raises(RetryStopped, match="stopped while retrying work"):
-        OutageBudget(mysql, "work", stop=stop).wait(TransientError("down"))
+        budget.wait(TransientError("down"))
 
 
 def test_the_parse_error_query_takes_scaled_rate_limits():

@@ -3,42 +3,51 @@ the commit, docs/protocol.md), in staged order and in bounded chunks.
 
 A chunk goes as multi-row INSERTs rendered in Arrow (or through LOAD DATA with
 ``mysql.local_infile``); one that cannot be rendered exactly, or that MySQL rejects,
-goes value by value through the driver. Rows MySQL cannot be sent (screen.py), rows
-with a null key, NaN or infinity, and rows whose values MySQL rejects (isolated
-under savepoints by bisecting the chunk) are set aside for the quarantine; the rest
-of the batch is applied.
+goes value by value through the driver (driver_rows.py). Rows MySQL cannot be sent
+(screen.py), rows with a null key, NaN or infinity, and rows whose values MySQL
+rejects (isolated under savepoints by bisecting the chunk) are set aside for the
+quarantine; the rest of the batch is applied.
 
 MySQL executing a chunk's statements and the client reading and rendering the next
-chunk overlap: one chunk ahead is read from the WAL (and rendered, on the multi-row
-path) on a thread of its own while the current one executes. Small files of a batch
-are joined into chunks of up to ``wal.chunk_rows`` rows, and statements are built
-once per schema, not per batch: a backlog of small batches costs fewer round trips.
+chunk overlap: one chunk ahead is read from the WAL, its way decided (chunk_path.py)
+and, on the multi-row path, rendered on a thread of its own while the current one
+executes. Small files of a batch are joined into chunks of up to ``wal.chunk_rows``
+rows, and statements are built once per schema, not per batch: a backlog of small
+batches costs fewer round trips.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from sqlalchemy import Connection, Delete, Engine, Executable, Table, text
+from sqlalchemy import Connection, Delete, Engine, Table, text
 from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config
 from wal_sink.errors import first_line
 from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
-from wal_sink.mysql.errors import error_code, is_row_error
+from wal_sink.mysql.errors import is_row_error
 from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.unique_keys import AnotherRow, refuse_unique_conflicts
 from wal_sink.mysql.upsert import build_delete, build_upsert
+from wal_sink.protocol.chunk_path import ChunkPath, Decision, decide
+from wal_sink.protocol.driver_rows import (
+    drop_non_finite,
+    drop_null_keys,
+    isolating,
+    python_rows,
+    refused,
+    split_runs,
+)
 from wal_sink.protocol.screen import Screen, Screened
 from wal_sink.protocol.versioned_cdc import VersionedCdc
 from wal_sink.wal.model import StagedBatch
@@ -49,8 +58,6 @@ log = logging.getLogger(__name__)
 
 ChunkCallback = Callable[[int, int], None]
 """Called after each applied chunk with (rows so far, rows in the batch)."""
-RefusalReason = Callable[[Connection, dict[str, Any], DBAPIError], str]
-"""Why MySQL refused one row, as its quarantine entry says."""
 T = TypeVar("T")
 U = TypeVar("U")
 
@@ -77,6 +84,10 @@ class RowApplier:
         self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="wal-sink-prefetch")
         """Reads (and renders) the next chunk while MySQL executes the current."""
 
+    def close(self) -> None:
+        """End the prefetch thread; called once no batch is being applied."""
+        self._prefetch.shutdown()
+
     def target(self) -> Table:
         """The reflected target table (once); refuses tables that are not InnoDB."""
         if self._target is None:
@@ -100,25 +111,24 @@ class RowApplier:
     ) -> tuple[int, int, int, list[Entry]]:
         """Apply ``chunks`` (``total`` rows, the stream's columns) in order, as a
         staged batch's; return (upserted, deleted, skipped as stale, set aside)."""
-        cdc = self.config.cdc
         self._render = renders_exactly(conn, self.sink_id)
         rows = deleted = skipped = done = 0
         bad: list[Entry] = []
         chunk_rows = self.config.wal.chunk_rows
         chunks = map(self._screened(conn), _coalesced(chunks, chunk_rows))
-        for screened, rendered in prefetched(
-            chunks, self._render_ahead, self._prefetch
-        ):
+        for screened, ahead in prefetched(chunks, self._decide_ahead, self._prefetch):
             chunk = screened.chunk
             bad.extend(screened.set_aside)
             found = self._statements(conn, chunk.schema)
-            applied = (
-                None
-                if cdc or not self._render
-                else self._apply_rendered(
-                    conn, chunk, found.loader, found.multi, rendered
-                )
+            # Decided ahead unless its schema was new, and again if LOAD DATA was
+            # refused since (on this thread, after the prefetch decided).
+            decision = (
+                ahead
+                if ahead is not None
+                and ahead.holds(self._render, self._bulk_load_allowed)
+                else self._decide(found, chunk, self._bulk_load_allowed)
             )
+            applied = self._apply_decided(conn, chunk, found, decision)
             if applied is not None:
                 rows += applied
             else:
@@ -139,7 +149,7 @@ class RowApplier:
         """The chunk's rows for the driver, with how many were dropped as stale and
         the rows set aside doing so: whole, or with versioned CDC in pieces of one
         tombstone read each (each read once the piece before it is applied)."""
-        values = _python_rows(chunk)
+        values = python_rows(chunk)
         if found.versioned is None:
             yield values, 0, []
         else:
@@ -156,25 +166,25 @@ class RowApplier:
         returns (upserted, deleted)."""
         mysql, cdc = self.config.mysql, self.config.cdc
         rows = deleted = 0
-        for is_delete, run, ops in _runs(
+        for is_delete, run, ops in split_runs(
             values,
             cdc.op_column if cdc else None,
             cdc.delete_values if cdc else (),
         ):
             before = len(bad)
-            run = _drop_null_keys(run, mysql.key, bad)
+            run = drop_null_keys(run, mysql.key, bad)
             if is_delete:
                 by = mysql.key
                 if found.versioned is not None:  # tombstones: versioned_cdc.py
                     by = (*by, found.versioned.version)
                 params = [{k: r[k] for k in by} for r in run]
                 ops.update({id(p): ops[id(r)] for p, r in zip(params, run)})
-                deleted += _isolating(conn, found.delete, params, bad)
+                deleted += isolating(conn, found.delete, params, bad)
             else:
-                rows += _isolating(
+                rows += isolating(
                     conn,
                     found.upsert,
-                    _drop_non_finite(run, bad),
+                    drop_non_finite(run, bad),
                     bad,
                     self._upsert_refused,
                 )
@@ -231,48 +241,48 @@ class RowApplier:
         row names the index and that row's key."""
         if self._another_row is None:
             self._another_row = AnotherRow(self.target(), self.config.mysql.key)
-        return self._another_row.reason(conn, row, e) or _refused(conn, row, e)
+        return self._another_row.reason(conn, row, e) or refused(conn, row, e)
 
-    def _render_ahead(self, screened: Screened) -> list[str] | None:
-        """On the prefetch thread: the chunk's multi-row statements, when that is
-        the way it will go and its schema's statements are built already; None
-        leaves the chunk to the caller."""
-        chunk = screened.chunk
-        found = self._known(chunk.schema)
-        if (
-            not self._render
-            or found is None
-            or found.multi is None
-            or (found.loader is not None and self._bulk_load_allowed)
-            or any(chunk.column(k).null_count for k in self.config.mysql.key)
-            or not found.multi.renders(chunk)
-        ):
+    def _decide(
+        self, found: _Statements, chunk: pa.RecordBatch, bulk_load: bool
+    ) -> Decision:
+        return decide(
+            chunk,
+            self.config.mysql.key,
+            found.multi,
+            found.loader,
+            render=self._render,
+            bulk_load=bulk_load,
+        )
+
+    def _decide_ahead(self, screened: Screened) -> Decision | None:
+        """On the prefetch thread: the chunk's way (its statements rendered on the
+        multi-row path); None when its schema's statements are not built yet (that
+        needs the connection)."""
+        found = self._known(screened.chunk.schema)
+        if found is None:
             return None
-        return found.multi.render(chunk)
+        return self._decide(found, screened.chunk, self._bulk_load_allowed)
 
-    def _apply_rendered(
+    def _apply_decided(
         self,
         conn: Connection,
         chunk: pa.RecordBatch,
-        loader: BulkLoader | None,
-        multi: MultiRowUpsert | None,
-        statements: list[str] | None = None,
+        found: _Statements,
+        decision: Decision,
     ) -> int | None:
-        """Apply a chunk rendered in Arrow (LOAD DATA if enabled, else multi-row
-        INSERTs, ``statements`` if rendered ahead); None means: let the driver
-        render it value by value, which quarantines null keys and isolates rows
-        MySQL rejects."""
-        if any(chunk.column(k).null_count for k in self.config.mysql.key):
-            return None
-        if loader is not None and self._bulk_load_allowed:
-            applied = self._attempt(conn, loader.apply, chunk)
+        """Apply a chunk rendered in Arrow as ``decision`` says (LOAD DATA, else
+        multi-row INSERTs); None means: let the driver render it value by value,
+        which quarantines null keys and isolates rows MySQL rejects."""
+        if decision.path is ChunkPath.BULK_LOAD:
+            applied = self._attempt(conn, found.loader.apply, chunk)
             if applied is not None:
                 return applied
-        if statements is None:  # not rendered ahead
-            if multi is None or not multi.renders(chunk):
-                return None
-            statements = multi.render(chunk)
-        apply = functools.partial(multi.apply, statements=statements)
+            decision = self._decide(found, chunk, bulk_load=False)
+        if decision.path is not ChunkPath.MULTI_ROW:
+            return None
+        statements = decision.statements
+        apply = functools.partial(found.multi.apply, statements=statements)
         if len(statements) > 1:
             return self._attempt(conn, apply, chunk)
         # One statement needs no savepoint: InnoDB (preflight) undoes a failed
@@ -377,111 +387,3 @@ def prefetched(
             yield item, prepared
     finally:
         wait([ahead])  # ``items`` is never advanced by two threads at once
-
-
-def _runs(
-    rows: list[dict[str, Any]], op_column: str | None, delete_values: tuple[str, ...]
-) -> Iterator[tuple[bool, list[dict[str, Any]], dict[int, Any]]]:
-    """Split a chunk's rows into consecutive runs of upserts and deletes, order
-    kept; the op column leaves each row, its value kept by the row's ``id``."""
-    if op_column is None:
-        yield False, rows, {}
-        return
-    run: list[dict[str, Any]] = []
-    ops: dict[int, Any] = {}
-    run_is_delete = False
-    for row in rows:
-        op = row.pop(op_column)
-        is_delete = op in delete_values
-        if run and is_delete != run_is_delete:
-            yield run_is_delete, run, ops
-            run, ops = [], {}
-        run_is_delete = is_delete
-        run.append(row)
-        ops[id(row)] = op
-    if run:
-        yield run_is_delete, run, ops
-
-
-def _python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:
-    """Rows as dicts for the driver; zoned timestamps become naive UTC (session TZ)."""
-    columns = []
-    for field_, column in zip(chunk.schema, chunk.columns):
-        if pa.types.is_timestamp(field_.type) and field_.type.tz is not None:
-            column = column.cast(pa.timestamp(field_.type.unit))
-        columns.append(column)
-    return pa.RecordBatch.from_arrays(columns, names=chunk.schema.names).to_pylist()
-
-
-def _drop_null_keys(
-    run: list[dict[str, Any]], key: tuple[str, ...], bad: list[Entry]
-) -> list[dict[str, Any]]:
-    kept = []
-    for row in run:
-        missing = [k for k in key if row.get(k) is None]
-        if missing:
-            bad.append(Entry(row, f"null key column(s): {', '.join(missing)}"))
-        else:
-            kept.append(row)
-    return kept
-
-
-def _drop_non_finite(
-    run: list[dict[str, Any]], bad: list[Entry]
-) -> list[dict[str, Any]]:
-    """Rows to upsert holding a NaN or infinite float: no MySQL column can store one
-    (the driver refuses them before the server sees them)."""
-    kept = []
-    for row in run:
-        not_finite = [
-            c for c, v in row.items() if isinstance(v, float) and not math.isfinite(v)
-        ]
-        if not_finite:
-            bad.append(
-                Entry(
-                    row,
-                    f"NaN or infinity in column(s): {', '.join(not_finite)}; "
-                    "MySQL cannot store it",
-                )
-            )
-        else:
-            kept.append(row)
-    return kept
-
-
-def _refused(conn: Connection, row: dict[str, Any], e: DBAPIError) -> str:
-    """The reason a row MySQL rejected is set aside: MySQL's own."""
-    return f"MySQL error {error_code(e)}: {first_line(e.orig)}"
-
-
-def _isolating(
-    conn: Connection,
-    stmt: Executable,
-    rows: list[dict[str, Any]],
-    bad: list[Entry],
-    reason: RefusalReason = _refused,
-) -> int:
-    """Execute ``stmt`` for ``rows`` under a savepoint; when MySQL rejects a row's
-    values, bisect to find the rejected rows, set them aside with ``reason``, apply
-    the rest in order. Returns how many rows were applied."""
-    if not rows:
-        return 0
-    savepoint = conn.begin_nested()
-    try:
-        conn.execute(stmt, rows)
-    except DBAPIError as e:
-        # Anything but a row error (a deadlock, a lost link) may have ended the
-        # whole transaction, savepoint included: leave it to the transaction.
-        if not is_row_error(e):
-            raise
-        savepoint.rollback()
-        if len(rows) == 1:
-            bad.append(Entry(rows[0], reason(conn, rows[0], e)))
-            return 0
-    else:
-        savepoint.commit()
-        return len(rows)
-    middle = len(rows) // 2
-    return _isolating(conn, stmt, rows[:middle], bad, reason) + _isolating(
-        conn, stmt, rows[middle:], bad, reason
-    )

@@ -25,7 +25,6 @@ quarantine table, outside the transaction.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from wal_sink.mysql.tables import APPLIED, QUARANTINED
 from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
 from wal_sink.protocol.parts import SinkParts
 from wal_sink.protocol.retry import OutageBudget
+from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.wal.model import BatchState, StagedBatch
 from wal_sink.wal.quarantine import Entry, record_json
 
@@ -93,11 +93,12 @@ class Committer:
         engine: Engine,
         rows: RowApplier,
         epoch: int,
-        stop: threading.Event | None = None,
+        stop: StopSignal | None = None,
         metrics: SinkMetrics | None = None,
     ) -> None:
         """``parts`` and ``rows`` (applying on ``engine``) as the sink instance
-        assembled them; ``epoch`` is the lease this committer holds."""
+        assembled them; ``epoch`` is the lease this committer holds; ``stop``, the
+        instance's: asked to stop now, it gives up waiting out an outage."""
         self.config = parts.config
         self.metrics = metrics or SinkMetrics(parts.config.sink.id)
         self.engine = engine

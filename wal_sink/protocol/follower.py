@@ -15,7 +15,9 @@ batch order, in a process of its own (Step 3 behind the ``wal_sink`` data source
    idle follower that was fenced stops.
 3. Stop: ``stop()`` (SIGTERM) polls once more and lets the committer apply what is
    staged, for up to ``stop_timeout``; ``stop_now()`` (a second SIGTERM) gives up
-   waiting at once. What is not applied stays staged for the next start.
+   waiting at once. Both set the sink instance's stop signal (stop_signal.py),
+   which the committer and the outage budget read too. What is not applied stays
+   staged for the next start.
 """
 
 from __future__ import annotations
@@ -69,15 +71,16 @@ class Follower:
     ) -> None:
         self.instance = instance
         self.config = instance.config
-        self.stop_timeout: float | None = (
+        self._stop_timeout = (
             self.config.job.stop_timeout if self.config.job else STOP_TIMEOUT
         )
+        self.stop_timeout: float | None = self._stop_timeout
         self.clock = clock
         self.poll_seconds = (
             OBJECT_STORE_POLL if is_s3(self.config.wal_path) else (LOCAL_POLL)
         )
         self.position = AppliedPosition(self.config.wal_path, self.config.storage)
-        self._stopping = threading.Event()
+        self.stop_signal = instance.stop
         self._lock = threading.Lock()
         self._applied_upto: int | None = None
         self._published: int | None = None
@@ -91,24 +94,23 @@ class Follower:
 
     @property
     def stopping(self) -> bool:
-        return self._stopping.is_set()
+        return self.stop_signal.stopping
 
     def stop(self, drain: bool = False) -> None:
         """Stop following; what is staged is still applied, for up to the stop
-        timeout, or all of it with ``drain``."""
-        if drain:
-            self.stop_timeout = None
-        self._stopping.set()
+        timeout, or all of it with ``drain`` (until a later ``stop()``: a SIGTERM
+        while ``--available-now`` drains)."""
+        self.stop_timeout = None if drain else self._stop_timeout
+        self.stop_signal.stop_taking_batches()
 
     def stop_now(self) -> None:
         """Stop waiting for MySQL at once; staged batches stay staged."""
-        self._stopping.set()
-        self.instance.stop.set()
+        self.stop_signal.stop_now()
 
     def run(self) -> int:
         """Follow until stopped; returns how many staged batches were left."""
         # Step 1. Start: lease, the WAL against the acks, recovery, position.
-        committer = self.instance.start()
+        self.instance.start()
         tail = LogTail(
             self.config.wal_path,
             self.config.storage,
@@ -132,14 +134,14 @@ class Follower:
             self._applied_upto,
         )
         # Step 2. Follow.
-        pipeline = Pipeline(committer, sys.maxsize, self._applied)
+        pipeline = self.instance.start_pipeline(sys.maxsize, self._applied)
         self.following.set()
         try:
             submitted = self._applied_upto
             beat = self.clock()
             while True:
                 pipeline.check()
-                stopping = self._stopping.is_set()
+                stopping = self.stop_signal.stopping
                 for version in self._poll(tail):
                     staged = version.staged
                     if staged is None or (
@@ -160,13 +162,13 @@ class Follower:
                     self._publish()
                 if stopping:
                     break
-                self._stopping.wait(self.poll_seconds)
+                self.stop_signal.wait(self.poll_seconds)
             # Step 3. Stop: apply what is staged, within the timeout.
             left = self._drain(pipeline)
         except RetryStopped:  # stop_now() while MySQL was being waited for
             left = self._left(pipeline.pending)
         finally:
-            pipeline.close()
+            pipeline.close(timeout=0)  # no further group; one in progress may end
         self._publish()
         return left
 
@@ -181,7 +183,7 @@ class Follower:
                 self._poll_budget = OutageBudget(
                     self.config.mysql,
                     "reading the WAL's log",
-                    self.instance.stop,
+                    self.stop_signal,
                     self.instance.metrics.retries.inc,
                 )
             self._poll_budget.wait(e)
@@ -265,7 +267,7 @@ class Follower:
             pipeline.check()
             timeout = self.stop_timeout
             if pipeline.pending and (
-                self.instance.stop.is_set()
+                self.stop_signal.now
                 or (timeout is not None and self.clock() - started > timeout)
             ):
                 return self._left(pipeline.pending)

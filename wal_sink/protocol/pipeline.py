@@ -12,6 +12,8 @@ next ones.
   thread; the next ``submit`` (or ``check``) raises it, at a batch boundary.
 - ``drain`` waits until everything staged is applied (or a timeout); what is left
   stays staged in the WAL for the next start's recovery.
+- Asked to stop taking batches (stop_signal.py), a batch waiting for room gives up;
+  ``close`` ends the thread after the group in progress.
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ from wal_sink.errors import StopRequested
 from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.recovery import groups
+from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.wal.model import StagedBatch
 
 log = logging.getLogger(__name__)
+
+STOP_POLL_SECONDS = 0.1
+"""How often a batch waiting for room looks at the stop signal."""
 
 
 @dataclass(frozen=True)
@@ -98,18 +104,26 @@ class Pipeline:
     def __init__(
         self,
         committer: Committer,
+        stop: StopSignal,
+        *,
         max_pending: int,
+        max_transaction_rows: int,
         on_applied: Callable[[Applied], None] | None = None,
     ) -> None:
+        """``committer`` applies the groups (its ``apply_group``); ``stop`` is the
+        sink instance's stop signal."""
         self.committer = committer
+        self.stop = stop
         self.max_pending = max_pending
+        self.max_transaction_rows = max_transaction_rows
         self.on_applied = on_applied
         self._waiting: deque[Handoff] = deque()
         self._busy = 0
         """Batches taken by the thread and not yet committed."""
         self._failure: BaseException | None = None
-        self._accepting = True
         self._closed = False
+        """The thread's own end (``close``), not a stop of the sink: a job closes
+        one pipeline per attempt and starts another after a restart."""
         self._changed = threading.Condition()
         self._thread = threading.Thread(
             target=self._run,
@@ -136,29 +150,23 @@ class Pipeline:
     def wait_for_room(self) -> None:
         """Block while ``max_pending`` batches wait (backpressure); raise the
         committer's failure instead if it has one, or ``StopRequested`` once the
-        sink stops taking batches."""
+        sink is asked to stop taking batches (what is submitted already is still
+        applied)."""
         with self._changed:
             while (
                 self._failure is None
-                and self._accepting
+                and not self.stop.stopping
                 and len(self._waiting) + self._busy >= self.max_pending
             ):
-                self._changed.wait()
-            accepting = self._accepting
+                self._changed.wait(STOP_POLL_SECONDS)
+            stopping = self.stop.stopping
         self.check()
-        if not accepting:
+        if stopping:
             raise StopRequested(
                 "stopping: this batch is not staged; Spark plans it again at the "
                 "next start",
                 sink_id=self.committer.sink_id,
             )
-
-    def refuse(self) -> None:
-        """Take no more batches (a batch waiting for room gives up); what is
-        submitted already is still applied."""
-        with self._changed:
-            self._accepting = False
-            self._changed.notify_all()
 
     def submit(self, handoff: Handoff) -> None:
         """Queue a staged batch; ids arrive in order, one after another. A batch
@@ -186,11 +194,23 @@ class Pipeline:
                 self._changed.wait(left)
             return self._failure is None
 
-    def close(self) -> None:
-        """Stop the thread after the group in progress; waiting batches stay staged."""
+    def close(self, timeout: float | None = None) -> bool:
+        """End the thread after the group in progress, waiting up to ``timeout``
+        seconds (None: no limit) for that group; waiting batches stay staged.
+        Returns whether the thread ended; False when the committer is still in
+        its transaction (MySQL hanging, or the caller gave no time)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+            while self._busy:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._changed.wait(left)
+        # Past its last group the thread only reports it (on_applied), then ends.
+        self._thread.join()
+        return True
 
     def _run(self) -> None:
         while True:
@@ -223,5 +243,5 @@ class Pipeline:
     def _take(self) -> list[Handoff]:
         """The longest run of waiting batches that fits in one transaction."""
         sizes = [(h.batch_id, h.batch.rows if h.batch else 0) for h in self._waiting]
-        first = groups(sizes, self.committer.config.mysql.max_transaction_rows)[0]
+        first = groups(sizes, self.max_transaction_rows)[0]
         return [self._waiting.popleft() for _ in first]

@@ -44,7 +44,6 @@ from wal_sink.mysql.preflight import preflight
 from wal_sink.mysql.retry_state import FAILED, RETRIED, RetryState
 from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
-from wal_sink.protocol.batch_rows import RowApplier
 from wal_sink.protocol.quarantine_entries import ROW, list_entries
 from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -118,7 +117,7 @@ class QuarantineRetry:
     def __init__(self, sink: SinkInstance) -> None:
         self.sink = sink
         self.config = sink.config
-        self.rows = RowApplier(sink.config, sink.engine, sink.wal)
+        self.rows = sink.row_applier()
         self.columns = wal_columns(sink.wal)
 
     def prepare(self) -> None:

@@ -3,20 +3,21 @@ object store — for an outage budget (docs/failures.md).
 
 The whole unit of work is retried (a batch transaction, the start-up), never single
 statements, with capped exponential backoff and jitter, until ``mysql.outage_budget``
-seconds have passed since the first failure. A stop request ends the waiting early.
+seconds have passed since the first failure. Being asked to stop now (stop_signal.py)
+ends the waiting early.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from wal_sink.config import MysqlConfig
 from wal_sink.errors import TerminalError, TransientError
+from wal_sink.protocol.stop_signal import StopSignal
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +35,13 @@ class OutageBudget:
         self,
         mysql: MysqlConfig,
         what: str,
-        stop: threading.Event | None = None,
+        stop: StopSignal | None = None,
         on_retry: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.mysql = mysql
         self.what = what
-        self.stop = stop or threading.Event()
+        self.stop = stop or StopSignal()
         self.on_retry = on_retry
         self.clock = clock
         self.first_failure: float | None = None
@@ -48,7 +49,7 @@ class OutageBudget:
 
     def wait(self, error: TransientError) -> None:
         """Sleep before the next attempt, or raise ``error`` when the budget is
-        spent (or ``RetryStopped`` when a stop is requested meanwhile)."""
+        spent (or ``RetryStopped`` when asked to stop now meanwhile)."""
         now = self.clock()
         if self.first_failure is None:
             self.first_failure = now
@@ -75,7 +76,7 @@ class OutageBudget:
             spent,
             self.mysql.outage_budget,
         )
-        if self.stop.wait(delay):
+        if self.stop.wait(delay, now=True):
             raise RetryStopped(f"stopped while retrying {self.what}: {error}")
 
 
@@ -83,7 +84,7 @@ def within_budget(
     work: Callable[[], T],
     mysql: MysqlConfig,
     what: str,
-    stop: threading.Event | None = None,
+    stop: StopSignal | None = None,
     on_retry: Callable[[], None] | None = None,
 ) -> T:
     """Run ``work`` until it succeeds, retrying ``TransientError`` in the budget."""

@@ -6,8 +6,7 @@ staged batches. The streaming job (through ``WalSink``) and the CLI's ``recover`
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
@@ -27,9 +26,11 @@ from wal_sink.mysql.unique_keys import refuse_unique_conflicts
 from wal_sink.protocol.batch_rows import RowApplier
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.parts import SinkParts
+from wal_sink.protocol.pipeline import Applied, Pipeline
 from wal_sink.protocol.quarantine_entries import quarantine_counts
 from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
+from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.wal.conditional_put import check_conditional_put
 from wal_sink.wal.ownership import QUARANTINE, WAL, adopt
 from wal_sink.wal.storage_errors import storage_error
@@ -52,7 +53,7 @@ class SinkInstance:
         config: Config,
         engine: Engine | None = None,
         *,
-        stop: threading.Event | None = None,
+        stop: StopSignal | None = None,
         metrics: SinkMetrics | None = None,
     ) -> None:
         self.config = config
@@ -66,9 +67,11 @@ class SinkInstance:
         self.tables = self.parts.tables
         self.acks = self.parts.acks
         self.retries = self.parts.retries
-        self.stop = stop or threading.Event()
-        """Set to give up waiting on MySQL at once (a second SIGTERM)."""
+        self.stop = stop or StopSignal()
+        """Read by the committer, its thread, the outage budget and the follower."""
         self.committer: Committer | None = None
+        self._pipeline: Pipeline | None = None
+        self._row_appliers: list[RowApplier] = []
         self.known = KnownBatches(None, None)
         """What the WAL and the ack table knew when the lease was taken."""
         self.stream_columns: tuple[str, ...] = ()
@@ -210,8 +213,29 @@ class SinkInstance:
         """The committer of this sink as the holder of lease ``epoch``: the one
         place it is put together from the sink's parts. ``start`` takes the lease
         first; a committer whose epoch is not the lease's is fenced at COMMIT."""
-        rows = RowApplier(self.config, self.engine, self.wal)
+        rows = self.row_applier()
         return Committer(self.parts, self.engine, rows, epoch, self.stop, self.metrics)
+
+    def row_applier(self) -> RowApplier:
+        """A row applier on this instance's engine; ``close`` ends its thread."""
+        rows = RowApplier(self.config, self.engine, self.wal)
+        self._row_appliers.append(rows)
+        return rows
+
+    def start_pipeline(
+        self, max_pending: int, on_applied: Callable[[Applied], None]
+    ) -> Pipeline:
+        """The committer thread behind Spark or the follower (once per instance),
+        after ``start``."""
+        if self._pipeline is None:
+            self._pipeline = Pipeline(
+                self.start(),
+                self.stop,
+                max_pending=max_pending,
+                max_transaction_rows=self.config.mysql.max_transaction_rows,
+                on_applied=on_applied,
+            )
+        return self._pipeline
 
     def _quarantine_counts(self) -> tuple[int, int]:
         """Open and retried quarantine entries (for the metrics)."""
@@ -222,6 +246,23 @@ class SinkInstance:
         """Apply every staged batch without an ack, in order."""
         return recover(self.start(), self.parts, self.engine)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = 0) -> bool:
+        """End the committer thread after the group in progress, waiting up to
+        ``timeout`` seconds (None: no limit) for that group, then the row appliers'
+        threads, then release the connections. Returns False, having released
+        nothing, while the committer is still in its transaction: nothing is
+        disposed under it; it ends with the process (MySQL rolls the transaction
+        back, and its batches stay staged without an ack) or is fenced at COMMIT
+        by the next instance."""
+        if self._pipeline is not None and not self._pipeline.close(timeout):
+            log.warning(
+                "sink %s: the committer is still in a transaction; its connections "
+                "are left to it (what it does not commit stays staged)",
+                self.sink_id,
+            )
+            return False
+        for rows in self._row_appliers:
+            rows.close()
         if self._engine is not None:
             self._engine.dispose()
+        return True

@@ -27,6 +27,7 @@ from wal_sink import errors
 from wal_sink.config import Config
 from wal_sink.errors import ConfigError, TerminalError, WalSinkError
 from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.datasource import NAME
 from wal_sink.spark.follower_child import (
     EXIT_CONFIG,
@@ -35,7 +36,6 @@ from wal_sink.spark.follower_child import (
     FollowerChild,
 )
 from wal_sink.spark.sink import check_stream
-from wal_sink.spark.stop import GracefulStop
 
 log = logging.getLogger("wal_sink.job")
 
@@ -48,7 +48,7 @@ class FollowerFailed(WalSinkError):
 
 
 class DataSourcePath:
-    def __init__(self, config: Config, config_path: str, stop: GracefulStop) -> None:
+    def __init__(self, config: Config, config_path: str, stop: StopSignal) -> None:
         self.config = config
         self.stop = stop
         self.config_path = str(Path(config_path).resolve())
@@ -73,31 +73,33 @@ class DataSourcePath:
         if code is not None:
             raise _exit_error(code)
 
-    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
+    def stop_between_batches(self, queries: list[StreamingQuery]) -> None:
         """Let the trigger in progress end (for up to ``job.stop_timeout``, or
-        until a second SIGTERM), so the queries stop between batches: stopping one
-        mid-batch interrupts Spark's tasks and Python workers, and the batch is
-        run again at the next start (nothing is lost, but work is)."""
+        until a second SIGTERM), then stop the queries: stopping one mid-batch
+        interrupts Spark's tasks and Python workers, and the batch is run again at
+        the next start (nothing is lost, but work is)."""
         deadline = time.monotonic() + self.config.job.stop_timeout
         while any(q.isActive and q.status["isTriggerActive"] for q in queries):
-            if self.stop.now.is_set() or time.monotonic() > deadline:
-                return
+            if self.stop.now or time.monotonic() > deadline:
+                break
             time.sleep(0.05)
+        for query in queries:
+            query.stop()
 
-    def finish(self, stop: GracefulStop) -> int:
+    def finish(self, stop: StopSignal) -> int:
         """The query ended: the follower applies what is staged — all of it when
         draining, for up to ``job.stop_timeout`` on SIGTERM (the follower keeps
         the time), nothing more after a second SIGTERM — and exits."""
         follower = self.follower
-        follower.command("stop" if stop.requested else "drain")
+        follower.command("stop" if stop.stopping else "drain")
         while (code := follower.wait(0.25)) is None:
-            if stop.requested and "stop" not in follower.sent:
+            if stop.stopping and "stop" not in follower.sent:
                 follower.command("stop")  # SIGTERM while draining
-            if stop.now.is_set() and "now" not in follower.sent:
+            if stop.now and "now" not in follower.sent:
                 follower.command("now")
         if code != EXIT_STOPPED:
             raise _exit_error(code)
-        log.info("query finished: %s", "stopped" if stop.requested else "drained")
+        log.info("query finished: %s", "stopped" if stop.stopping else "drained")
         return EXIT_STOPPED
 
     def cause(self, error: BaseException) -> BaseException:

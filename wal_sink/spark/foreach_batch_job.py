@@ -5,6 +5,7 @@ committer thread applies staged batches behind Spark, logging each again."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from pyspark.sql import DataFrame, SparkSession
@@ -14,11 +15,11 @@ from wal_sink.config import Config
 from wal_sink.errors import StopRequested
 from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.pipeline import Applied, describe
+from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.parse_errors import ParseFold, can_fold
 from wal_sink.spark.sink import WalSink, check_stream
 from wal_sink.spark.sink_path import EXIT_OK
 from wal_sink.spark.staging import Laps
-from wal_sink.spark.stop import GracefulStop
 
 log = logging.getLogger("wal_sink.job")
 
@@ -26,16 +27,25 @@ log = logging.getLogger("wal_sink.job")
 class BatchRunner:
     """The foreachBatch function: one batch staged through the sink, one log line;
     the committer thread logs the batch again when it is applied. With ``fold``
-    the batch is the raw source's, split by it (parse_errors.py)."""
+    the batch is the raw source's, split by it (parse_errors.py). Once ``stop``
+    says stop taking batches, it refuses the next."""
 
-    def __init__(self, sink: WalSink, stop: GracefulStop) -> None:
+    def __init__(self, sink: WalSink, stop: StopSignal) -> None:
         self.sink = sink
         self.stop = stop
         self.fold: ParseFold | None = None
         self.failure: BaseException | None = None
+        self._in_progress = threading.Lock()
+        """Held while a batch runs through the sink."""
+
+    def wait_for_batch_in_progress(self) -> None:
+        """Return once no batch runs through the sink (with ``stop`` set, none
+        starts after)."""
+        with self._in_progress:
+            pass
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        with self.stop.batch_lock:
+        with self._in_progress:
             if self.stop.stopping:
                 raise StopRequested("stopping: this batch is left for the next start")
             try:
@@ -89,13 +99,9 @@ def log_applied(applied: Applied) -> None:
 class ForeachBatchPath:
     """foreachBatch stages (BatchRunner), the sink's committer thread applies."""
 
-    def __init__(
-        self, config: Config, stop: GracefulStop, metrics: SinkMetrics
-    ) -> None:
+    def __init__(self, config: Config, stop: StopSignal, metrics: SinkMetrics) -> None:
         self.config = config
-        self.sink = WalSink(
-            config, on_applied=log_applied, stop=stop.now, metrics=metrics
-        )
+        self.sink = WalSink(config, on_applied=log_applied, stop=stop, metrics=metrics)
         self.runner = BatchRunner(self.sink, stop)
 
     def start(self, spark: SparkSession, frame: DataFrame) -> None:
@@ -122,10 +128,13 @@ class ForeachBatchPath:
     def check(self) -> None:
         self.sink.check()  # a committer failure stops the job, even when idle
 
-    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
-        self.sink.stop_taking_batches()
+    def stop_between_batches(self, queries: list[StreamingQuery]) -> None:
+        # A batch waiting for room gives up (the pipeline reads the stop signal).
+        self.runner.wait_for_batch_in_progress()
+        for query in queries:
+            query.stop()
 
-    def finish(self, stop: GracefulStop) -> int:
+    def finish(self, stop: StopSignal) -> int:
         """Let the committer apply what is staged — all of it when draining, for up
         to ``job.stop_timeout`` on SIGTERM, nothing more after a second SIGTERM —
         then say how it ended."""
@@ -134,16 +143,14 @@ class ForeachBatchPath:
         while not sink.drain(0.25):
             sink.check()
             waited = time.monotonic() - started
-            if stop.now.is_set() or (
-                stop.requested and waited > self.config.job.stop_timeout
-            ):
+            if stop.now or (stop.stopping and waited > self.config.job.stop_timeout):
                 log.warning(
                     "stopped with %d staged batch(es) not yet applied; the next "
                     "start applies them",
                     sink.pending,
                 )
                 return EXIT_OK
-        log.info("query finished: %s", "stopped" if stop.requested else "drained")
+        log.info("query finished: %s", "stopped" if stop.stopping else "drained")
         return EXIT_OK
 
     def cause(self, error: BaseException) -> BaseException:

@@ -13,7 +13,6 @@ apply what is staged (stop.py). Exit codes: 0 done (drained, or stopped), 1 fail
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -24,6 +23,7 @@ from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, TerminalError, first_line
 from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.recovery import check_checkpoint
+from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.checkpoint import last_planned_batch
 from wal_sink.spark.foreach_batch_job import ForeachBatchPath
 from wal_sink.spark.parse_errors import ParseErrorRunner
@@ -149,8 +149,8 @@ def run_job(
         if spark.conf.get(key, None) != value:  # job_session set it at the start
             spark.conf.set(key, value)
     config.storage.configure_spark(spark)  # S3A settings before any s3a:// access
-    stop = GracefulStop()
-    stop.install(spark)
+    stop = StopSignal()
+    GracefulStop(stop).install(spark)
     policy = RestartPolicy(config.job.restart)
     metrics = SinkMetrics(config.sink.id)
     datasource = config.job.writer == "datasource"
@@ -189,9 +189,8 @@ def run_job(
                 for query in queries:
                     query.awaitTermination(0.25)  # raises if the query failed
                 path.check()
-                if stop.requested and not stop.stopping:
-                    path.stop_taking_batches(queries)
-                    stop.stop_between_batches(queries)
+                if stop.stopping:
+                    path.stop_between_batches(queries)
             return path.finish(stop)
         except ConfigError as e:
             log.error("%s", e)
@@ -201,7 +200,7 @@ def run_job(
             return EXIT_FAILED
         except Exception as e:  # StreamingQueryException, TransientError, lost MySQL
             cause = path.cause(e)
-            if stop.requested and not isinstance(cause, TerminalError):
+            if stop.stopping and not isinstance(cause, TerminalError):
                 return path.finish(stop)
             if isinstance(cause, TerminalError):
                 log.error("%s", cause)
@@ -218,17 +217,10 @@ def run_job(
             log.warning(
                 "query failed: %s; %s in %.0fs", reason, policy.describe(), policy.delay
             )
-            _sleep_unless_stopped(policy.delay, stop)
-            if stop.requested:
+            if stop.wait(policy.delay):  # SIGTERM while waiting to restart
                 return EXIT_OK
         finally:
             for query in queries:
                 if query.isActive:
                     query.stop()
             path.close()
-
-
-def _sleep_unless_stopped(seconds: float, stop: GracefulStop) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and not stop.requested:
-        time.sleep(min(0.2, deadline - time.monotonic()))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,9 +36,10 @@ from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.mysql.row_screen import check_json_targets
 from wal_sink.mysql.target import reflect_target
 from wal_sink.protocol.committer import CommitResult
-from wal_sink.protocol.pipeline import Applied, Handoff, Pipeline, record_applied
+from wal_sink.protocol.pipeline import Applied, Handoff, record_applied
 from wal_sink.protocol.recovery import check_checkpoint, check_commit_log
 from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.checkpoint import (
     batch_timestamp_ms,
     last_committed_batch,
@@ -84,12 +84,11 @@ class WalSink(SinkInstance):
         engine: Engine | None = None,
         *,
         on_applied: Callable[[Applied], None] | None = None,
-        stop: threading.Event | None = None,
+        stop: StopSignal | None = None,
         metrics: SinkMetrics | None = None,
     ) -> None:
         super().__init__(config, engine, stop=stop, metrics=metrics)
         self.on_applied = on_applied
-        self._pipeline: Pipeline | None = None
         self._checkpoint: str | None = None
         self._first_batch_seen = False
         self.last_stage: StageReport | None = None
@@ -155,7 +154,7 @@ class WalSink(SinkInstance):
         called_ms = time.time() * 1000
         laps = Laps()
         self.start()
-        pipeline = self._pipeline_for()
+        pipeline = self.start_pipeline(self.config.wal.max_pending, self._applied)
         self._guard_first_batch(batch_id)
         self._check_lease(batch_id)
         if probe is None and callable(df):
@@ -223,12 +222,6 @@ class WalSink(SinkInstance):
         """Staged batches not yet applied by this instance's committer."""
         return self._pipeline.pending if self._pipeline else 0
 
-    def stop_taking_batches(self) -> None:
-        """A batch still waiting for room is not staged; what is staged is still
-        applied (``drain``)."""
-        if self._pipeline is not None:
-            self._pipeline.refuse()
-
     @property
     def failure(self) -> BaseException | None:
         """What stopped the committer, if anything did."""
@@ -245,21 +238,15 @@ class WalSink(SinkInstance):
         return self._pipeline.drain(timeout) if self._pipeline else True
 
     def close(self, timeout: float | None = None) -> bool:
-        """Stop taking batches, let the committer apply what is staged (up to
-        ``timeout`` seconds), then release the connections. Returns whether
-        everything staged was applied."""
+        """Let the committer apply what is staged, then end its thread and release
+        the connections (SinkInstance.close), all within ``timeout`` seconds (None:
+        no limit). Returns whether everything staged was applied."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         drained = self.drain(timeout)
-        if self._pipeline is not None:
-            self._pipeline.close()
-        super().close()
+        super().close(
+            None if deadline is None else max(0.0, deadline - time.monotonic())
+        )
         return drained
-
-    def _pipeline_for(self) -> Pipeline:
-        if self._pipeline is None:
-            self._pipeline = Pipeline(
-                self.start(), self.config.wal.max_pending, self._applied
-            )
-        return self._pipeline
 
     def _applied(self, applied: Applied) -> None:
         """The committer finished a batch: metrics, then the caller's callback."""

@@ -8,7 +8,7 @@ from typing import Protocol
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from wal_sink.spark.stop import GracefulStop
+from wal_sink.protocol.stop_signal import StopSignal
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
@@ -34,10 +34,11 @@ class SinkPath(Protocol):
     def check(self) -> None:
         """Raise what stopped the applying side, if anything did."""
 
-    def stop_taking_batches(self, queries: list[StreamingQuery]) -> None:
-        """SIGTERM: no further batch is staged; the queries are stopped next."""
+    def stop_between_batches(self, queries: list[StreamingQuery]) -> None:
+        """SIGTERM (the stop signal says stop taking batches): let the batch in
+        progress end, then stop the queries."""
 
-    def finish(self, stop: GracefulStop) -> int:
+    def finish(self, stop: StopSignal) -> int:
         """The queries ended: apply what is staged (see ``_finish``), exit code."""
 
     def cause(self, error: BaseException) -> BaseException:

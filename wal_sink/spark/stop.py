@@ -1,4 +1,6 @@
-"""Stopping the job on SIGTERM (docs/protocol.md, on stop).
+"""SIGTERM to the job (docs/protocol.md, on stop): the signal handling, which sets
+the job's stop signal (protocol/stop_signal.py) that the sink, its committer and the
+BatchRunner read.
 
 The first SIGTERM stops taking batches after the one in progress and lets the
 committer apply what is staged, for up to ``job.stop_timeout``; a second SIGTERM
@@ -15,12 +17,12 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
 import time
 
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+
+from wal_sink.protocol.stop_signal import StopSignal
 
 log = logging.getLogger("wal_sink.job")
 
@@ -28,18 +30,13 @@ SAME_SIGNAL_SECONDS = 1.0
 
 
 class GracefulStop:
-    def __init__(self) -> None:
+    """Counts SIGTERMs (Python's and the JVM's) into ``stop``: the first asks it to
+    stop taking batches, the second to stop now."""
+
+    def __init__(self, stop: StopSignal) -> None:
+        self.stop = stop
         self.signals = 0
         self._last_signal = float("-inf")
-        self.now = threading.Event()
-        """Set by a second SIGTERM: stop waiting for MySQL."""
-        self.stopping = False
-        self.batch_lock = threading.Lock()
-        """Held while a batch runs through the sink."""
-
-    @property
-    def requested(self) -> bool:
-        return self.signals > 0
 
     def install(self, spark: SparkSession) -> None:
         signal.signal(signal.SIGTERM, lambda signum, frame: self.record())
@@ -54,17 +51,11 @@ class GracefulStop:
             self.signals += 1
             if self.signals == 1:
                 log.info("SIGTERM: stopping after the current batch")
+                self.stop.stop_taking_batches()
             else:
                 log.warning("second SIGTERM: stopping now; staged batches stay staged")
-                self.now.set()
+                self.stop.stop_now()
         self._last_signal = now
-
-    def stop_between_batches(self, queries: list[StreamingQuery]) -> None:
-        """Stop the queries once the batch in progress has been handed over."""
-        with self.batch_lock:
-            self.stopping = True
-        for query in queries:
-            query.stop()
 
 
 class _JvmTermHandler:

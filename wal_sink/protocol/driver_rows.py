@@ -1,0 +1,132 @@
+"""Rows the driver sends value by value, the way a chunk takes when the Arrow-rendered
+paths cannot (chunk_path.py) and the only one for CDC: the chunk's rows as Python
+values, split into runs of upserts and deletes in staged order; rows no MySQL column
+can store (a null key, NaN or infinity) set aside before they are sent; rows MySQL
+rejects isolated under savepoints by bisecting the run, and set aside with MySQL's
+reason, while the rest is applied in order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from sqlalchemy import Connection, Executable
+from sqlalchemy.exc import DBAPIError
+
+from wal_sink.errors import first_line
+from wal_sink.mysql.errors import error_code, is_row_error
+from wal_sink.wal.quarantine import Entry
+
+RefusalReason = Callable[[Connection, dict[str, Any], DBAPIError], str]
+"""Why MySQL refused one row, as its quarantine entry says."""
+
+
+def split_runs(
+    rows: list[dict[str, Any]], op_column: str | None, delete_values: tuple[str, ...]
+) -> Iterator[tuple[bool, list[dict[str, Any]], dict[int, Any]]]:
+    """Split a chunk's rows into consecutive runs of upserts and deletes, order
+    kept; the op column leaves each row, its value kept by the row's ``id``."""
+    if op_column is None:
+        yield False, rows, {}
+        return
+    run: list[dict[str, Any]] = []
+    ops: dict[int, Any] = {}
+    run_is_delete = False
+    for row in rows:
+        op = row.pop(op_column)
+        is_delete = op in delete_values
+        if run and is_delete != run_is_delete:
+            yield run_is_delete, run, ops
+            run, ops = [], {}
+        run_is_delete = is_delete
+        run.append(row)
+        ops[id(row)] = op
+    if run:
+        yield run_is_delete, run, ops
+
+
+def python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:
+    """Rows as dicts for the driver; zoned timestamps become naive UTC (session TZ)."""
+    columns = []
+    for field_, column in zip(chunk.schema, chunk.columns):
+        if pa.types.is_timestamp(field_.type) and field_.type.tz is not None:
+            column = column.cast(pa.timestamp(field_.type.unit))
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, names=chunk.schema.names).to_pylist()
+
+
+def drop_null_keys(
+    run: list[dict[str, Any]], key: tuple[str, ...], bad: list[Entry]
+) -> list[dict[str, Any]]:
+    kept = []
+    for row in run:
+        missing = [k for k in key if row.get(k) is None]
+        if missing:
+            bad.append(Entry(row, f"null key column(s): {', '.join(missing)}"))
+        else:
+            kept.append(row)
+    return kept
+
+
+def drop_non_finite(
+    run: list[dict[str, Any]], bad: list[Entry]
+) -> list[dict[str, Any]]:
+    """Rows to upsert holding a NaN or infinite float: no MySQL column can store one
+    (the driver refuses them before the server sees them)."""
+    kept = []
+    for row in run:
+        not_finite = [
+            c for c, v in row.items() if isinstance(v, float) and not math.isfinite(v)
+        ]
+        if not_finite:
+            bad.append(
+                Entry(
+                    row,
+                    f"NaN or infinity in column(s): {', '.join(not_finite)}; "
+                    "MySQL cannot store it",
+                )
+            )
+        else:
+            kept.append(row)
+    return kept
+
+
+def refused(conn: Connection, row: dict[str, Any], e: DBAPIError) -> str:
+    """The reason a row MySQL rejected is set aside: MySQL's own."""
+    return f"MySQL error {error_code(e)}: {first_line(e.orig)}"
+
+
+def isolating(
+    conn: Connection,
+    stmt: Executable,
+    rows: list[dict[str, Any]],
+    bad: list[Entry],
+    reason: RefusalReason = refused,
+) -> int:
+    """Execute ``stmt`` for ``rows`` under a savepoint; when MySQL rejects a row's
+    values, bisect to find the rejected rows, set them aside with ``reason``, apply
+    the rest in order. Returns how many rows were applied."""
+    if not rows:
+        return 0
+    savepoint = conn.begin_nested()
+    try:
+        conn.execute(stmt, rows)
+    except DBAPIError as e:
+        # Anything but a row error (a deadlock, a lost link) may have ended the
+        # whole transaction, savepoint included: leave it to the transaction.
+        if not is_row_error(e):
+            raise
+        savepoint.rollback()
+        if len(rows) == 1:
+            bad.append(Entry(rows[0], reason(conn, rows[0], e)))
+            return 0
+    else:
+        savepoint.commit()
+        return len(rows)
+    middle = len(rows) // 2
+    return isolating(conn, stmt, rows[:middle], bad, reason) + isolating(
+        conn, stmt, rows[middle:], bad, reason
+    )
