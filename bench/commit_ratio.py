@@ -14,10 +14,8 @@ another row costs, beside the index itself (the server's tables have it too).
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 
 from bench.common import Bench, ratio_line, seconds, spark_session, upsert_rows
-from wal_sink.config import SinkConfig
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter
@@ -61,13 +59,17 @@ def main(rows: int = 200_000, repeat: int = 5, second_unique: bool = False) -> N
         instance = SinkInstance(config)
         committer = instance.start()
         stage(df, WalWriter(config.wal_path, "bench"), 0)
-        fast_config = replace(
-            config,
-            sink=SinkConfig("bench_fast"),
-            mysql=replace(config.mysql, table="fast_target", local_infile=True),
+        # A WAL belongs to one sink (I9): the LOAD DATA side stages into its own.
+        fast_config = bench.config(
+            "fast_target",
+            sink_id="bench_fast",
+            version_column="seq",
+            unique_conflicts="quarantine" if second_unique else "refuse",
+            local_infile=True,
         )
         fast_instance = SinkInstance(fast_config)
         fast = fast_instance.start()
+        stage(df, WalWriter(fast_config.wal_path, "bench_fast"), 0)
         bench.jdbc_append(df, "source")
         sink, loaded, server = [], [], []
         for _ in range(repeat):

@@ -72,3 +72,14 @@ def test_a_percent_sign_in_a_name_is_sent_once(server):
     assert multi.prefix == "INSERT INTO totals (k, `per%cent`) VALUES "
     assert multi.postfix.endswith("`per%cent` = values(totals.`per%cent`)")
     assert "%%" not in multi.prefix + multi.postfix
+
+
+def test_statement_fetches_nothing_back_from_a_server_with_returning():
+    """MariaDB 10.5+ has INSERT ... RETURNING: the statement must not ask for the
+    upserted keys back (it did once, and the commit ratio fell from 0.81 to 0.62)."""
+    conn = connection((10, 11, 0))
+    conn.dialect.insert_returning = True  # as the dialect sets it for such a server
+    columns = ["k", "amount"]
+    multi = MultiRowUpsert(conn, build_upsert(TABLE, columns, MYSQL), columns)
+    assert "RETURNING" not in multi.prefix + multi.postfix
+    assert multi.postfix.startswith(" ON DUPLICATE KEY UPDATE k = CASE")

@@ -27,9 +27,12 @@ class MultiRowUpsert:
     ) -> None:
         # SQLAlchemy renders the statement with a marker for each value, so the
         # VALUES row is known without parsing SQL: what stands before it and after
-        # it is the statement's prefix and postfix.
+        # it is the statement's prefix and postfix. ``inline``: a key given as an
+        # SQL expression would otherwise have the key fetched back with RETURNING
+        # (MariaDB 10.5+): every upserted key sent back to the committer.
         marks = {c: f"__wal_sink_value_{i}__" for i, c in enumerate(columns)}
-        statement = upsert.values({c: literal_column(m) for c, m in marks.items()})
+        values = {c: literal_column(m) for c, m in marks.items()}
+        statement = upsert.values(values).inline()
         sql = str(statement.compile(dialect=conn.dialect))
         order = sorted(columns, key=lambda c: sql.find(marks[c]))
         prefix, values, postfix = sql.partition(
