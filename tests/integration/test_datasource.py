@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 
@@ -241,6 +242,30 @@ def threads_since(before: set[threading.Thread]) -> set[str]:
     return {t.name.rstrip("_0123456789") for t in set(threading.enumerate()) - before}
 
 
+@contextmanager
+def follower_behind_a_row_lock(db, config: Path):
+    """A follower past its start-up, while another connection holds row 'a' of
+    ds_totals locked in its transaction: (the follower's thread, that connection,
+    whose rollback lets the committer on)."""
+    db.execute("INSERT INTO ds_totals (k, amount) VALUES ('a', 0)")
+    with db.connect() as lock, lock.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("SELECT * FROM ds_totals WHERE k = 'a' FOR UPDATE")
+        follower = FollowerThread(config)
+        assert follower.follower.following.wait(60), "past its start-up"
+        yield follower, lock
+
+
+def stage_one_to_a(sink, writer: str, batch_id: int) -> None:
+    """Stage batch ``batch_id`` as the data source does: one row adding 1 to 'a'."""
+    schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))
+    rows = pa.record_batch([pa.array(["a"]), pa.array([1])], schema)
+    task = write_task_file(
+        sink.wal_path, sink.storage, batch_id, "a", 0, [rows], schema
+    )
+    StageCommitter(sink, WriterRun(writer, "run")).commit(batch_id, [task], schema)
+
+
 def test_close_releases_nothing_under_a_committer_still_in_its_transaction(
     db, target, tmp_path, caplog
 ):
@@ -250,17 +275,8 @@ def test_close_releases_nothing_under_a_committer_still_in_its_transaction(
     committer thread and the prefetch thread and releases the connections."""
     before = set(threading.enumerate())
     config = ds_config(tmp_path / "close.toml", db, "close")
-    sink = load_config(config)
-    schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))
-    db.execute("INSERT INTO ds_totals (k, amount) VALUES ('a', 0)")
-    with db.connect() as lock, lock.cursor() as cur:
-        cur.execute("BEGIN")
-        cur.execute("SELECT * FROM ds_totals WHERE k = 'a' FOR UPDATE")
-        follower = FollowerThread(config)
-        assert follower.follower.following.wait(60), "past its start-up"
-        rows = pa.record_batch([pa.array(["a"]), pa.array([1])], schema)
-        task = write_task_file(sink.wal_path, sink.storage, 0, "a", 0, [rows], schema)
-        StageCommitter(sink, WriterRun("close", "run")).commit(0, [task], schema)
+    with follower_behind_a_row_lock(db, config) as (follower, lock):
+        stage_one_to_a(load_config(config), "close", 0)
         time.sleep(1)  # the committer is blocked applying batch 0
         follower.follower.stop_now()
         follower.thread.join(10)
@@ -293,20 +309,9 @@ def test_a_stop_while_draining_gives_up_after_the_stop_timeout(db, target, tmp_p
         job='stop_timeout = "2s"',
     )
     sink = load_config(config)
-    schema = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.int64())]))
-    db.execute("INSERT INTO ds_totals (k, amount) VALUES ('a', 0)")
-    with db.connect() as lock, lock.cursor() as cur:
-        cur.execute("BEGIN")
-        cur.execute("SELECT * FROM ds_totals WHERE k = 'a' FOR UPDATE")
-        follower = FollowerThread(config)
-        assert follower.follower.following.wait(60), "past its start-up"
+    with follower_behind_a_row_lock(db, config) as (follower, lock):
         for batch_id in (0, 1):
-            rows = pa.record_batch([pa.array(["a"]), pa.array([1])], schema)
-            task = write_task_file(
-                sink.wal_path, sink.storage, batch_id, "a", 0, [rows], schema
-            )
-            run = WriterRun("sigdrain", "run")
-            StageCommitter(sink, run).commit(batch_id, [task], schema)
+            stage_one_to_a(sink, "sigdrain", batch_id)
         follower.follower.stop(drain=True)
         time.sleep(1)  # draining, blocked applying batch 0
         follower.follower.stop()
