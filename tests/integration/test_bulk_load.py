@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -108,21 +109,28 @@ def test_fast_path_quarantines_poison_rows_like_the_row_path(
     assert json.loads(entries[0]["record"])
 
 
-def test_refused_local_infile_falls_back(
-    spark, db, mariadb, make_config, caplog, tmp_path
-):
+@contextmanager
+def local_infile_off(mariadb):
+    """The server refusing LOAD DATA LOCAL INFILE (local_infile = 0) inside."""
     with mariadb.root() as root, root.cursor() as cur:
         cur.execute("SET GLOBAL local_infile = 0")
     try:
+        yield
+    finally:
+        with mariadb.root() as root, root.cursor() as cur:
+            cur.execute("SET GLOBAL local_infile = 1")
+
+
+def test_refused_local_infile_falls_back(
+    spark, db, mariadb, make_config, caplog, tmp_path
+):
+    with local_infile_off(mariadb):
         _, fast = run(
             spark, db, make_config, tmp_path, "refused", rows(500), local_infile=True
         )
         chunks: list[int] = []
         result = fast.apply(0, on_chunk=lambda done, total: chunks.append(done))
         assert result.rows == 500
-    finally:
-        with mariadb.root() as root, root.cursor() as cur:
-            cur.execute("SET GLOBAL local_infile = 1")
     assert len(chunks) >= 2  # refused once, not once per chunk
     assert caplog.text.count("LOAD DATA LOCAL INFILE refused") == 1, caplog.text
     assert db.rows("SELECT COUNT(*) FROM refused") == [(37,)]
@@ -140,15 +148,10 @@ def test_load_data_refused_from_one_batch_on_is_tried_once_not_per_chunk(
     assert committer.apply(0).rows == 500
     later = spark.createDataFrame(rows(2000, start=500), SCHEMA).repartition(3)
     stage(later, WalWriter(config.wal_path, "flip"), 1)
-    with mariadb.root() as root, root.cursor() as cur:
-        cur.execute("SET GLOBAL local_infile = 0")
-    try:
+    with local_infile_off(mariadb):
         chunks: list[int] = []
         result = committer.apply(1, on_chunk=lambda done, total: chunks.append(done))
         assert result.rows == 2000
-    finally:
-        with mariadb.root() as root, root.cursor() as cur:
-            cur.execute("SET GLOBAL local_infile = 1")
     assert len(chunks) >= 3
     assert caplog.text.count("LOAD DATA LOCAL INFILE refused") == 1, caplog.text
     assert db.rows("SELECT COUNT(*) FROM flip") == [(37,)]
