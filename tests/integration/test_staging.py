@@ -12,6 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
@@ -51,6 +52,25 @@ def test_wal_keeps_row_counts_and_seq_ranges_only_and_no_deletion_vectors(
         None,
         "0",
     )
+
+
+def test_a_batch_staged_from_the_driver_has_no_dictionary_for_wal_seq(
+    spark, tmp_path
+):
+    """``_wal_seq`` is unique in every file, so a dictionary for it is built only to
+    be dropped: the driver's write gives it none, as the executors' write does
+    (there the setting changes no byte of the file, only the time a write takes:
+    bench.staging_ratio); the other columns keep the default."""
+    wal = str(tmp_path / "wal")
+    df = spark.createDataFrame([("a", 1)] * 3, "k STRING, amount INT")
+    staged = stage(df, WalWriter(wal, "s"), 0, driver_rows=10)
+    (file,) = staged.files
+    group = pq.read_metadata(file.uri).row_group(0)
+    dictionary = {
+        group.column(i).path_in_schema: group.column(i).has_dictionary_page
+        for i in range(group.num_columns)
+    }
+    assert dictionary == {"_wal_seq": False, "k": True, "amount": True}
 
 
 def test_reserved_column_prefix_is_refused_before_writing(spark, tmp_path):

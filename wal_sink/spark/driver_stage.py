@@ -58,6 +58,8 @@ def write_file(
             filesystem=fs,
             compression="snappy",
             coerce_timestamps="us",
+            # as the executors write it (staging.py): no dictionary for _wal_seq
+            use_dictionary=[c for c in table.column_names if c != SEQ_COLUMN],
         )
         info = fs.get_file_info(path)
     except Exception as e:
