@@ -54,9 +54,7 @@ def test_wal_keeps_row_counts_and_seq_ranges_only_and_no_deletion_vectors(
     )
 
 
-def test_a_batch_staged_from_the_driver_has_no_dictionary_for_wal_seq(
-    spark, tmp_path
-):
+def test_a_batch_staged_from_the_driver_has_no_dictionary_for_wal_seq(spark, tmp_path):
     """``_wal_seq`` is unique in every file, so a dictionary for it is built only to
     be dropped: the driver's write gives it none, as the executors' write does
     (there the setting changes no byte of the file, only the time a write takes:

@@ -8,7 +8,7 @@ import json
 from wal_sink.spark.checkpoint import batch_timestamp_ms
 
 # an offset log entry as Spark writes it: version, batch metadata, source offsets
-ENTRY = "v1\n{}\n{{\"logOffset\":3}}\n"
+ENTRY = 'v1\n{}\n{{"logOffset":3}}\n'
 
 
 def test_planning_time_comes_from_a_local_offset_log_entry(tmp_path):
