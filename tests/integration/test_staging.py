@@ -54,21 +54,25 @@ def test_wal_keeps_row_counts_and_seq_ranges_only_and_no_deletion_vectors(
     )
 
 
-def test_a_batch_staged_from_the_driver_has_no_dictionary_for_wal_seq(spark, tmp_path):
-    """``_wal_seq`` is unique in every file, so a dictionary for it is built only to
-    be dropped: the driver's write gives it none, as the executors' write does
-    (there the setting changes no byte of the file, only the time a write takes:
-    bench.staging_ratio); the other columns keep the default."""
+def test_wal_seq_is_delta_encoded_without_a_dictionary_on_either_path(spark, tmp_path):
+    """``_wal_seq``, a run of consecutive numbers in each file, is delta-encoded (a
+    few bytes, not 8 per row): the executors write Parquet's v2 pages, the driver
+    asks pyarrow for the encoding. Being unique in the file, it gets no dictionary,
+    which would only be built to be dropped. Other columns keep their defaults, a
+    dictionary where values repeat."""
     wal = str(tmp_path / "wal")
     df = spark.createDataFrame([("a", 1)] * 3, "k STRING, amount INT")
-    staged = stage(df, WalWriter(wal, "s"), 0, driver_rows=10)
-    (file,) = staged.files
-    group = pq.read_metadata(file.uri).row_group(0)
-    dictionary = {
-        group.column(i).path_in_schema: group.column(i).has_dictionary_page
-        for i in range(group.num_columns)
-    }
-    assert dictionary == {"_wal_seq": False, "k": True, "amount": True}
+    executors = stage(df.coalesce(1), WalWriter(wal, "s"), 0)
+    driver = stage(df, WalWriter(wal, "s"), 1, driver_rows=10)
+    for batch in (executors, driver):
+        (file,) = batch.files
+        group = pq.read_metadata(file.uri).row_group(0)
+        columns = {group.column(i).path_in_schema: group.column(i) for i in range(3)}
+        assert "DELTA_BINARY_PACKED" in columns["_wal_seq"].encodings, file.uri
+        assert not columns["_wal_seq"].has_dictionary_page, file.uri
+        assert (
+            columns["k"].has_dictionary_page and columns["amount"].has_dictionary_page
+        )
 
 
 def test_reserved_column_prefix_is_refused_before_writing(spark, tmp_path):

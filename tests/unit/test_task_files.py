@@ -63,6 +63,10 @@ def test_seq_rises_in_stage_order_with_the_partition_high(tmp_path, monkeypatch)
     seq = table.column("_wal_seq").to_pylist()
     assert seq == [(3 << 33) + i for i in range(1000)]
     assert table.column("k").to_pylist() == list(range(1000)), "rows in arrival order"
+    for group in range(4):  # delta-encoded, no dictionary (as every WAL writer)
+        column = data.metadata.row_group(group).column(0)
+        assert "DELTA_BINARY_PACKED" in column.encodings
+        assert not column.has_dictionary_page
 
 
 def test_types_are_stored_as_spark_stages_them(tmp_path):

@@ -25,6 +25,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
+from wal_sink.wal.format import parquet_write_options
 from wal_sink.wal.reader import SEQ_COLUMN
 from wal_sink.wal.storage_errors import storage_error
 from wal_sink.wal.writer import WalWriter, WrittenFile
@@ -56,10 +57,8 @@ def write_file(
             table,
             path,
             filesystem=fs,
-            compression="snappy",
             coerce_timestamps="us",
-            # as the executors write it (staging.py): no dictionary for _wal_seq
-            use_dictionary=[c for c in table.column_names if c != SEQ_COLUMN],
+            **parquet_write_options(table.column_names),
         )
         info = fs.get_file_info(path)
     except Exception as e:

@@ -43,10 +43,17 @@ WRITE_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
 }
-# ``_wal_seq`` is unique within a file, so a dictionary for it is always abandoned,
-# after hashing up to a page's worth of values: 30 ms of a 1,000,000-row write
-# (273 against 305 ms, median of 9). Parquet's per-column setting, given to the write.
-SEQ_WRITE_OPTIONS = {f"parquet.enable.dictionary#{SEQ_COLUMN}": "false"}
+# Parquet's v2 pages delta-encode integers: ``_wal_seq``, a run of consecutive
+# numbers in each file, takes a few bytes instead of 8 per row. It is unique within
+# a file, so a dictionary for it would always be dropped after hashing a page's
+# worth of values. Measured on 1,000,000 4-column rows (median of 15, one process,
+# alternating): 248 ms against 279 ms with v1 pages and a dictionary tried, 222 ms
+# for the same rows as plain Parquet without ``_wal_seq``. pyarrow (the committer)
+# and delta-spark read v2 pages.
+WRITE_OPTIONS = {
+    f"parquet.enable.dictionary#{SEQ_COLUMN}": "false",
+    "parquet.writer.version": "v2",
+}
 FOOTER_READERS = 8
 
 
@@ -146,7 +153,7 @@ def stage(
         frame = df.selectExpr(f"monotonically_increasing_id() AS {SEQ_COLUMN}", "*")
         writer.storage.configure_spark(df.sparkSession)
         with session_conf(df.sparkSession, WRITE_CONF):
-            frame.write.mode("errorifexists").options(**SEQ_WRITE_OPTIONS).parquet(
+            frame.write.mode("errorifexists").options(**WRITE_OPTIONS).parquet(
                 spark_uri(join(writer.location, attempt))
             )
         times.write_ms = clock.lap()

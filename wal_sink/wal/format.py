@@ -41,6 +41,19 @@ def table_exists(location: str, storage: Storage) -> bool:
     return True
 
 
+def parquet_write_options(columns: list[str]) -> dict[str, object]:
+    """pyarrow's Parquet writer settings for a WAL file with ``columns``: snappy, as
+    Spark writes; ``_wal_seq``, a run of consecutive numbers in each file, delta-
+    encoded (a few bytes instead of 8 per row) and without a dictionary, which a
+    column unique in the file would only build to drop. Spark's write does the same
+    with Parquet's v2 pages (spark/staging.py)."""
+    return {
+        "compression": "snappy",
+        "use_dictionary": [c for c in columns if c != SEQ_COLUMN],
+        "column_encoding": {SEQ_COLUMN: "DELTA_BINARY_PACKED"},
+    }
+
+
 def open_parquet(uri: str, storage: Storage) -> pq.ParquetFile:
     """One Parquet file of a table, opened for streaming reads."""
     filesystem, path = storage.filesystem(uri)

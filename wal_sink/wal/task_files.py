@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from wal_sink.config import RESERVED_PREFIX
 from wal_sink.errors import TerminalError
 from wal_sink.storage import Storage, join
-from wal_sink.wal.format import BATCH_COLUMN, SEQ_COLUMN
+from wal_sink.wal.format import BATCH_COLUMN, SEQ_COLUMN, parquet_write_options
 from wal_sink.wal.storage_errors import storage_error
 from wal_sink.wal.writer import WrittenFile
 
@@ -140,8 +140,9 @@ def write_task_file(
                 if isinstance(fs, pafs.LocalFileSystem):
                     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
                 out = fs.open_output_stream(path)
+                layout = file_schema(schema)
                 writer = pq.ParquetWriter(
-                    out, file_schema(schema), compression="snappy"
+                    out, layout, **parquet_write_options(layout.names)
                 )
             ids = pa.array(range(seq, seq + group.num_rows), pa.int64())
             writer.write_table(group.add_column(0, SEQ_COLUMN, ids))
