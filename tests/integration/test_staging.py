@@ -19,7 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 from tests.conftest import settle
 from wal_sink.errors import TerminalError
 from wal_sink.spark.sink import WalSink
-from wal_sink.spark.staging import stage
+from wal_sink.spark.staging import StageTimes, stage
 from wal_sink.wal.reader import WalReader
 from wal_sink.wal.writer import WalWriter
 
@@ -56,23 +56,31 @@ def test_wal_keeps_row_counts_and_seq_ranges_only_and_no_deletion_vectors(
 
 def test_wal_seq_is_delta_encoded_without_a_dictionary_on_either_path(spark, tmp_path):
     """``_wal_seq``, a run of consecutive numbers in each file, is delta-encoded (a
-    few bytes, not 8 per row): the executors write Parquet's v2 pages, the driver
-    asks pyarrow for the encoding. Being unique in the file, it gets no dictionary,
-    which would only be built to be dropped. Other columns keep their defaults, a
-    dictionary where values repeat."""
+    few KB per million rows, not 8 bytes per row): the executors write Parquet's
+    v2 pages, the driver asks pyarrow for the encoding. Being unique in the file,
+    it gets no dictionary, which would only be built to be dropped. Every other
+    column, a nested one's leaf too, keeps a dictionary where values repeat."""
     wal = str(tmp_path / "wal")
-    df = spark.createDataFrame([("a", 1)] * 3, "k STRING, amount INT")
-    executors = stage(df.coalesce(1), WalWriter(wal, "s"), 0)
-    driver = stage(df, WalWriter(wal, "s"), 1, driver_rows=10)
-    for batch in (executors, driver):
-        (file,) = batch.files
-        group = pq.read_metadata(file.uri).row_group(0)
-        columns = {group.column(i).path_in_schema: group.column(i) for i in range(3)}
-        assert "DELTA_BINARY_PACKED" in columns["_wal_seq"].encodings, file.uri
-        assert not columns["_wal_seq"].has_dictionary_page, file.uri
-        assert (
-            columns["k"].has_dictionary_page and columns["amount"].has_dictionary_page
+    df = spark.createDataFrame(
+        [("a", 1, ["x"])] * 3, "k STRING, amount INT, tags ARRAY<STRING>"
+    )
+    for batch_id, driver_rows in enumerate((0, 10)):
+        times = StageTimes()
+        staged = stage(
+            df.coalesce(1), WalWriter(wal, "s"), batch_id, None, times, driver_rows
         )
+        assert times.from_driver is bool(driver_rows)
+        (file,) = staged.files
+        group = pq.read_metadata(file.uri).row_group(0)
+        columns = {
+            group.column(i).path_in_schema: group.column(i)
+            for i in range(group.num_columns)
+        }
+        seq = columns.pop("_wal_seq")
+        assert "DELTA_BINARY_PACKED" in seq.encodings, file.uri
+        assert not seq.has_dictionary_page, file.uri
+        assert set(columns) == {"k", "amount", "tags.list.element"}
+        assert all(c.has_dictionary_page for c in columns.values()), file.uri
 
 
 def test_reserved_column_prefix_is_refused_before_writing(spark, tmp_path):

@@ -67,6 +67,9 @@ def test_seq_rises_in_stage_order_with_the_partition_high(tmp_path, monkeypatch)
         column = data.metadata.row_group(group).column(0)
         assert "DELTA_BINARY_PACKED" in column.encodings
         assert not column.has_dictionary_page
+        tags = data.metadata.row_group(group).column(4)  # a nested column's leaf
+        assert tags.path_in_schema == "tags.list.element"
+        assert tags.has_dictionary_page, "a repeated value keeps its dictionary"
 
 
 def test_types_are_stored_as_spark_stages_them(tmp_path):

@@ -58,7 +58,7 @@ def write_file(
             path,
             filesystem=fs,
             coerce_timestamps="us",
-            **parquet_write_options(table.column_names),
+            **parquet_write_options(table.schema),
         )
         info = fs.get_file_info(path)
     except Exception as e:

@@ -6,6 +6,7 @@ Parquet files are opened.
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
@@ -41,17 +42,27 @@ def table_exists(location: str, storage: Storage) -> bool:
     return True
 
 
-def parquet_write_options(columns: list[str]) -> dict[str, object]:
-    """pyarrow's Parquet writer settings for a WAL file with ``columns``: snappy, as
+def parquet_write_options(schema: pa.Schema) -> dict[str, object]:
+    """pyarrow's Parquet writer settings for a WAL file of ``schema``: snappy, as
     Spark writes; ``_wal_seq``, a run of consecutive numbers in each file, delta-
-    encoded (a few bytes instead of 8 per row) and without a dictionary, which a
-    column unique in the file would only build to drop. Spark's write does the same
-    with Parquet's v2 pages (spark/staging.py)."""
+    encoded (a few KB per million rows instead of 8 bytes per row) and without a
+    dictionary, which a column unique in the file would only build to drop; every
+    other column, nested ones leaf by leaf, with pyarrow's default dictionary.
+    Spark's write does the same with Parquet's v2 pages (spark/staging.py)."""
     return {
         "compression": "snappy",
-        "use_dictionary": [c for c in columns if c != SEQ_COLUMN],
+        "use_dictionary": [p for p in _leaf_paths(schema) if p != SEQ_COLUMN],
         "column_encoding": {SEQ_COLUMN: "DELTA_BINARY_PACKED"},
     }
+
+
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    """Parquet's leaf columns for ``schema`` as pyarrow names them (a list column
+    ``tags`` is ``tags.list.element``): its per-column settings take these paths."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    parquet = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    return [parquet.column(i).path for i in range(len(parquet))]
 
 
 def open_parquet(uri: str, storage: Storage) -> pq.ParquetFile:

@@ -141,9 +141,7 @@ def write_task_file(
                     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
                 out = fs.open_output_stream(path)
                 layout = file_schema(schema)
-                writer = pq.ParquetWriter(
-                    out, layout, **parquet_write_options(layout.names)
-                )
+                writer = pq.ParquetWriter(out, layout, **parquet_write_options(layout))
             ids = pa.array(range(seq, seq + group.num_rows), pa.int64())
             writer.write_table(group.add_column(0, SEQ_COLUMN, ids))
             if order_by:
