@@ -41,7 +41,7 @@ from wal_sink.protocol.recovery import check_checkpoint, check_commit_log
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.checkpoint import (
-    batch_timestamp_ms,
+    PlanningTimes,
     last_committed_batch,
     last_planned_batch,
 )
@@ -90,6 +90,7 @@ class WalSink(SinkInstance):
         super().__init__(config, engine, stop=stop, metrics=metrics)
         self.on_applied = on_applied
         self._checkpoint: str | None = None
+        self._planning_times: PlanningTimes | None = None
         self._first_batch_seen = False
         self.last_stage: StageReport | None = None
         self._last_rows: int | None = None
@@ -124,6 +125,7 @@ class WalSink(SinkInstance):
         spark = spark or SparkSession.getActiveSession()
         if spark is not None and checkpoint is not None:
             self._checkpoint = checkpoint
+            self._planning_times = PlanningTimes(spark, checkpoint)
             check_checkpoint(
                 self.sink_id,
                 self._checkpoint,
@@ -174,11 +176,7 @@ class WalSink(SinkInstance):
         if staged is not None:
             self._last_rows = staged.rows
         stage_ms = laps.lap()
-        planned = (
-            batch_timestamp_ms(rows.sparkSession, self._checkpoint, batch_id)
-            if self._checkpoint
-            else None
-        )
+        planned = self._planning_times(batch_id) if self._planning_times else None
         # Step 2. Hand over; returning lets Spark record the batch in its commit log.
         pipeline.submit(Handoff(batch_id, staged, planned))
         parts = {
