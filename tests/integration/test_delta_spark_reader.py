@@ -117,8 +117,20 @@ def test_delta_spark_reads_exactly_what_was_staged_and_quarantined(spark, tmp_pa
         3: full.limit(0),  # an empty batch
         4: full.where("k < 5").repartition(2),
     }
-    for batch_id, df in batches.items():
-        stage(df, writer, batch_id)
+    # A 64-byte dictionary page: every column falls back to the other encodings
+    # of Parquet's v2 pages (text, binary and wide decimals as DELTA_BYTE_ARRAY).
+    with session_conf(spark, {"parquet.dictionary.page.size": "64"}):
+        for batch_id, df in batches.items():
+            stage(df, writer, batch_id)
+    encodings = {
+        encoding
+        for path in Path(wal).rglob("part-*.parquet")
+        for meta in [pq.read_metadata(path)]
+        for g in range(meta.num_row_groups)
+        for i in range(meta.num_columns)
+        for encoding in meta.row_group(g).column(i).encodings
+    }
+    assert {"DELTA_BYTE_ARRAY", "DELTA_BINARY_PACKED"} <= encodings
     delete_batches(wal, Storage(), [1])
     staged = {b: df.count() for b, df in batches.items() if b != 1}
     when = datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)

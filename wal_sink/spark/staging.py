@@ -44,12 +44,13 @@ WRITE_CONF = {
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
 }
 # Parquet's v2 pages delta-encode integers: ``_wal_seq``, a run of consecutive
-# numbers in each file, takes a few bytes instead of 8 per row. It is unique within
-# a file, so a dictionary for it would always be dropped after hashing a page's
-# worth of values. Measured on 1,000,000 4-column rows (median of 15, one process,
-# alternating): 248 ms against 279 ms with v1 pages and a dictionary tried, 222 ms
-# for the same rows as plain Parquet without ``_wal_seq``. pyarrow (the committer)
-# and delta-spark read v2 pages.
+# numbers in each file, takes a few KB per million rows, not 8 bytes a row. Being
+# unique in the file, it would only build a dictionary to drop it after hashing a
+# page's worth of values. Measured on 1,000,000 4-column rows (median of 15, one
+# process, alternating): 248 ms against 279 ms with v1 pages and a dictionary tried,
+# 222 ms for the same rows as plain Parquet without ``_wal_seq``. v2 pages change
+# the other columns' fallback encodings too (docs/stack.md); pyarrow (the
+# committer), delta-rs and delta-spark read them.
 WRITE_OPTIONS = {
     f"parquet.enable.dictionary#{SEQ_COLUMN}": "false",
     "parquet.writer.version": "v2",
