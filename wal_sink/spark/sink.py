@@ -89,7 +89,6 @@ class WalSink(SinkInstance):
     ) -> None:
         super().__init__(config, engine, stop=stop, metrics=metrics)
         self.on_applied = on_applied
-        self._checkpoint: str | None = None
         self._planning_times: PlanningTimes | None = None
         self._first_batch_seen = False
         self.last_stage: StageReport | None = None
@@ -124,18 +123,17 @@ class WalSink(SinkInstance):
         )
         spark = spark or SparkSession.getActiveSession()
         if spark is not None and checkpoint is not None:
-            self._checkpoint = checkpoint
             self._planning_times = PlanningTimes(spark, checkpoint)
             check_checkpoint(
                 self.sink_id,
-                self._checkpoint,
-                last_planned_batch(spark, self._checkpoint),
+                checkpoint,
+                last_planned_batch(spark, checkpoint),
                 self.high_water,
             )
             check_commit_log(
                 self.sink_id,
-                self._checkpoint,
-                last_committed_batch(spark, self._checkpoint),
+                checkpoint,
+                last_committed_batch(spark, checkpoint),
                 self.known,
             )
         return super().recover()
