@@ -44,8 +44,14 @@ def test_mariadb_uses_values_function_and_version_last():
         config(merge={"amount": "add", "first": "keep"}, version_column="seq"),
     )
     sql = render(stmt, (10, 11, 0))
-    assert "VALUES(amount)" in sql and "coalesce(totals.amount, 0)" in sql
-    assert "first" not in sql, "keep columns are set on insert only"
+    assert (
+        "amount = coalesce(totals.amount + VALUES(amount), totals.amount, "
+        "VALUES(amount))" in sql
+    ), "a NULL adds nothing; a NULL total takes the value"
+    assert "first = totals.first" in sql, (
+        "keep columns are assigned to themselves: ON UPDATE CURRENT_TIMESTAMP "
+        "leaves an assigned column alone"
+    )
     assert sql.count(" org = ") == 1, "key columns are never updated"
     assert sql.startswith(" org = CASE WHEN (totals.org = VALUES(org)) THEN totals.org")
     assert sql.index("label =") < sql.index("seq =") == sql.rindex("seq =")
@@ -81,8 +87,8 @@ def test_update_reaching_a_row_of_another_key_fails_the_statement(server):
     close = "" if server[0] == 8 else ")"
     assert sql.startswith(
         f" a = CASE WHEN (t2.a = {new}a{close} AND t2.b = {new}b{close}) "
-        "THEN t2.a ELSE 1/0 END, v = "
-    )
+        "THEN t2.a ELSE 1/0 END, b = t2.b, v = "
+    ), "every key column is assigned to itself, so ON UPDATE never changes it"
 
 
 def test_unknown_and_missing_key_columns_are_clear_errors():

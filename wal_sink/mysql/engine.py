@@ -1,12 +1,21 @@
 """The SQLAlchemy engine every MySQL conversation of the sink goes through.
 
-Sessions run in strict SQL mode (bad values fail instead of being truncated) and in
-UTC, so timestamps staged by Spark land unchanged, with utf8mb4 text. The password
-is taken from the environment or a file at engine creation and never appears in
-config or logs; TLS options from ``mysql.tls`` go to PyMySQL unchanged. Connections
-are ``GuardedConnection``: with ``mysql.local_infile`` on they send the server only
-the file of the sink's own LOAD DATA (with it off the client does not even offer
-local files), and the password goes in clear text only to a verified server.
+Every session pins the server settings that change what a write does (docs/merge.md,
+"The target's shape"), whatever the server's defaults: strict SQL mode (bad values
+fail instead of being truncated), ``NO_AUTO_VALUE_ON_ZERO`` (an AUTO_INCREMENT key of
+0 is the key 0, not the next value), UTC (timestamps staged by Spark land unchanged),
+utf8mb4 text, unique and foreign key checks on, ``sql_auto_is_null`` off, plain
+COMMITs, and ``explicit_defaults_for_timestamp`` on where the server lets a session
+set it (the TIMESTAMP columns of tables the sink creates are then what their DDL
+says; a NULL for a ``TIMESTAMP NOT NULL`` column, which MariaDB stores as NOW()
+whatever the setting, is set aside before it is sent: protocol/screen.py).
+
+The password is taken from the environment or a file at engine creation and never
+appears in config or logs; TLS options from ``mysql.tls`` go to PyMySQL unchanged.
+Connections are ``GuardedConnection``: with ``mysql.local_infile`` on they send the
+server only the file of the sink's own LOAD DATA (with it off the client does not
+even offer local files), and the password goes in clear text only to a verified
+server.
 """
 
 from __future__ import annotations
@@ -14,19 +23,31 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import pymysql
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from wal_sink.config import MysqlConfig, mysql_password
 from wal_sink.errors import ConfigError, first_line
+from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.guarded_connection import GuardedConnection
 
 log = logging.getLogger(__name__)
 
 SESSION_SQL_MODE = (
     "STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ZERO_DATE,NO_ZERO_IN_DATE,"
-    "NO_ENGINE_SUBSTITUTION"
+    "NO_ENGINE_SUBSTITUTION,NO_AUTO_VALUE_ON_ZERO"
 )
+SESSION_SETTINGS = (
+    f"SET SESSION sql_mode='{SESSION_SQL_MODE}', time_zone='+00:00', "
+    "unique_checks=1, foreign_key_checks=1, sql_auto_is_null=0, "
+    "completion_type='NO_CHAIN'"
+)
+# MySQL 8 lets only a user with SESSION_VARIABLES_ADMIN set it, MariaDB < 10.10 no
+# session at all: tried on its own, and left as the server has it when refused.
+EXPLICIT_DEFAULTS = "SET SESSION explicit_defaults_for_timestamp = ON"
+# read-only variable, access denied (needs a privilege), unknown variable
+CANNOT_SET = frozenset({1238, 1227, 1193})
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
@@ -42,8 +63,7 @@ def make_engine(mysql: MysqlConfig) -> Engine:
         isolation_level="REPEATABLE READ",
         hide_parameters=True,
         connect_args={
-            "init_command": f"SET SESSION sql_mode='{SESSION_SQL_MODE}', "
-            "time_zone='+00:00'",
+            "init_command": SESSION_SETTINGS,
             "charset": "utf8mb4",
             "local_infile": mysql.local_infile,
             "read_timeout": mysql.read_timeout,
@@ -61,6 +81,15 @@ def make_engine(mysql: MysqlConfig) -> Engine:
                 f"({', '.join(f'{k} = {v!r}' for k, v in mysql.tls.items())}): "
                 f"{first_line(e)}"
             ) from None
+
+    @event.listens_for(engine, "connect")
+    def _explicit_defaults(dbapi_connection: Any, record: Any) -> None:
+        try:
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute(EXPLICIT_DEFAULTS)
+        except pymysql.err.MySQLError as e:
+            if error_code(e) not in CANNOT_SET:
+                raise
 
     return engine
 

@@ -16,9 +16,11 @@ DUPLICATE_KEY = 1062
 # (a bad ENUM or SET value, a number with trailing text), bad datetime, no default,
 # bad value, too long, a computed value out of range (an `add` column past BIGINT),
 # a deleted parent row still referenced, a missing parent row, invalid JSON (MySQL
-# 8), check constraint (MySQL, MariaDB: also its JSON columns' json_valid).
+# 8), check constraint (MySQL, MariaDB: also its JSON columns' json_valid), a
+# trigger refusing the row (SIGNAL).
 ROW_ERRORS = frozenset(
-    {1048, 1062, 1264, 1265, 1292, 1364, 1366, 1406, 1451, 1452, 1690, 3140, 3819, 4025}
+    {1048, 1062, 1264, 1265, 1292, 1364, 1366, 1406, 1451, 1452, 1644, 1690, 3140}
+    | {3819, 4025}
 )
 # Raised on purpose by the upsert when a row would reach another key's row through
 # another unique index (a division by zero, see upsert.py): that row is set aside.

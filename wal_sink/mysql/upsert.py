@@ -33,12 +33,14 @@ from sqlalchemy import (
     ColumnElement,
     Delete,
     Table,
+    Update,
     and_,
     bindparam,
     case,
     delete,
     func,
     literal_column,
+    update,
 )
 from sqlalchemy.dialects.mysql import Insert, insert
 
@@ -47,7 +49,6 @@ from wal_sink.errors import TerminalError
 
 # The UPDATE clause must hold no bound parameters: PyMySQL's multi-row executemany
 # repeats only the VALUES part, so constants there are literal SQL.
-ZERO = literal_column("0")
 # Fails the statement in strict mode (ERROR_FOR_DIVISION_BY_ZERO) when evaluated:
 # the upsert reached a row of another key (see the module docstring).
 ANOTHER_ROW = literal_column("1/0")
@@ -74,11 +75,14 @@ def update_assignments(
     """The ON DUPLICATE KEY UPDATE list; ``new`` names the incoming row.
 
     The first assignment fails the statement when the row reached has another key
-    (the module docstring says why); key columns are otherwise never updated.
-    ``keep`` columns are only set on insert, ``add`` columns add the incoming value,
-    ``overwrite`` columns take it — guarded by the version column when one is
-    configured. The version column is assigned last: MySQL evaluates the assignments
-    left to right and later ones see earlier results.
+    (the module docstring says why). Every key column and every ``keep`` column the
+    stream writes is assigned to itself: a column MySQL updates by itself (``ON
+    UPDATE CURRENT_TIMESTAMP``) keeps its value when the statement assigns it, so
+    "never changed" holds whatever the table says. ``add`` columns add the incoming
+    value (a NULL adds nothing; a NULL total becomes the value), ``overwrite``
+    columns take it — guarded by the version column when one is configured. The
+    version column is assigned last: MySQL evaluates the assignments left to right
+    and later ones see earlier results.
     """
     _check_columns(table, columns, mysql)
     first_key = mysql.key[0]
@@ -86,6 +90,7 @@ def update_assignments(
     assignments: list[tuple[str, ColumnElement]] = [
         (first_key, case((same_row, table.c[first_key]), else_=ANOTHER_ROW))
     ]
+    assignments += [(k, table.c[k]) for k in mysql.key[1:]]
     version = mysql.version_column if mysql.version_column in columns else None
     newer: ColumnElement[bool] | None = None
     if version:
@@ -96,9 +101,10 @@ def update_assignments(
             continue
         policy = mysql.merge.get(name, "overwrite")
         if policy == "keep":
-            continue
-        if policy == "add":
-            value = func.coalesce(table.c[name], ZERO) + func.coalesce(new[name], ZERO)
+            value = table.c[name]
+        elif policy == "add":
+            stored = table.c[name]
+            value = func.coalesce(stored + new[name], stored, new[name])
         elif newer is not None:
             value = case((newer, new[name]), else_=table.c[name])
         else:
@@ -109,6 +115,32 @@ def update_assignments(
             (version, case((newer, new[version]), else_=table.c[version]))
         )
     return assignments
+
+
+UPDATE_PARAM = "_wal_new_"
+"""Prefix of the by-key UPDATE's parameters: a parameter named as a column is
+reserved for the SET clause."""
+
+
+def build_update(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> Update:
+    """``UPDATE … SET <the upsert's assignments> WHERE <key>`` for one row, with
+    parameters named by ``update_params``: for a row the upsert cannot carry, whose
+    negative amount for an UNSIGNED ``add`` column is out of the column's range
+    although the sum is not. Its rowcount (matched rows, the dialect's FOUND_ROWS)
+    says whether the key had a row; when not, the upsert inserts it, and MySQL
+    refuses the negative amount as any out-of-range value."""
+    new = {c: bindparam(UPDATE_PARAM + c) for c in columns}
+    where = and_(*[table.c[k] == new[k] for k in mysql.key])
+    return (
+        update(table)
+        .where(where)
+        .ordered_values(*update_assignments(table, columns, mysql, new))
+    )
+
+
+def update_params(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's values as ``build_update``'s parameters."""
+    return {UPDATE_PARAM + c: v for c, v in row.items()}
 
 
 def build_delete(table: Table, mysql: MysqlConfig, versioned: bool = False) -> Delete:
