@@ -12,7 +12,8 @@ from sqlalchemy.types import Date, DateTime, Float, Integer, Numeric, Time
 from wal_sink.config import Config
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.multi_row import MAX_STATEMENT_BYTES
-from wal_sink.mysql.unique_keys import refuse_unique_conflicts
+from wal_sink.mysql.tombstones import refuse_unguarded
+from wal_sink.mysql.write_checks import check_writes, visibility_warnings
 
 # SQLAlchemy 2.1's Float is not a Numeric subclass: name both.
 NUMBERS = (Integer, Numeric, Float)
@@ -29,16 +30,18 @@ def preflight(
 ) -> list[str]:
     """Raise ConfigError for the first problem; return warnings worth logging.
 
-    ``stream_columns`` are the columns the sink is known to write (the WAL's, the
-    job's query's): another unique index they reach is refused here, before the
-    lease is taken (unique_keys.py)."""
+    ``stream_columns`` are the columns the sink is known to write (the job's
+    query's), if known: what they cannot write as configured is refused here,
+    before the lease is taken (write_checks.py); the committer checks each staged
+    schema again."""
     with engine.connect() as conn:
         _check_key(conn, config, target)
         _check_columns(config, target)
-        refuse_unique_conflicts(conn, config, target.name, stream_columns)
+        profile = check_writes(conn, config, target.name, stream_columns)
+        refuse_unguarded(conn, config)
         _check_strict(conn)
         _check_packet(conn)
-        warnings = _durability_warnings(conn)
+        warnings = _durability_warnings(conn) + visibility_warnings(profile)
     for warning in warnings:
         log.warning("%s", warning)
     return warnings

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import JSON, Enum, String, Table
-from sqlalchemy.dialects.mysql import SET
+from sqlalchemy.dialects.mysql import SET, TIMESTAMP
 
 from wal_sink.errors import ConfigError
 
@@ -143,6 +143,36 @@ def oversized(
         "WAL until its batch is purged (wal-sink inspect)"
         for i, (size, is_over) in enumerate(zip(sizes.to_pylist(), over.to_pylist()))
         if is_over
+    }
+
+
+def null_into_now(
+    chunk: pa.RecordBatch, target: Table, deletes: pa.Array | None
+) -> dict[int, str]:
+    """Upserts with a NULL for a ``TIMESTAMP NOT NULL`` column of ``target``: MySQL
+    with ``explicit_defaults_for_timestamp`` off, and MariaDB always, store the
+    current time instead of refusing the NULL (a NULL version would then win every
+    later comparison). Deletes (``deletes``) send their key only."""
+    columns = [
+        name
+        for name in chunk.schema.names
+        if name in target.c
+        and isinstance(target.c[name].type, TIMESTAMP)
+        and not target.c[name].nullable
+    ]
+    if not columns:
+        return {}
+    found: dict[int, list[str]] = {}
+    for name in columns:
+        nulls = pc.is_null(chunk.column(name))
+        if deletes is not None:
+            nulls = pc.and_(nulls, pc.invert(pc.fill_null(deletes, False)))
+        for i in pc.indices_nonzero(nulls).to_pylist():
+            found.setdefault(i, []).append(name)
+    return {
+        i: f"NULL in TIMESTAMP NOT NULL column(s) {', '.join(names)}, which MySQL "
+        "would store as the current time"
+        for i, names in found.items()
     }
 
 

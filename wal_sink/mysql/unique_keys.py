@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from wal_sink.config import Config
 from wal_sink.errors import ConfigError, first_line
 from wal_sink.mysql.errors import ANOTHER_ROW, DUPLICATE_KEY, error_code
+from wal_sink.mysql.target_profile import TargetProfile
 
 
 @dataclass(frozen=True)
@@ -73,46 +74,35 @@ def other_unique_indexes(
 
 
 def reachable_indexes(
-    conn: Connection, table: str, key: Sequence[str], columns: Iterable[str]
+    conn: Connection, profile: TargetProfile, key: Sequence[str], columns: Iterable[str]
 ) -> list[Reachable]:
     """The other unique indexes a stream writing ``columns`` can reach."""
     written = {c.lower() for c in columns}
-    facts = {
-        name.lower(): (default, extra.lower(), generated)
-        for name, default, extra, generated in conn.execute(
-            text(
-                "SELECT COLUMN_NAME, COLUMN_DEFAULT, EXTRA, "
-                "GENERATION_EXPRESSION IS NOT NULL AND GENERATION_EXPRESSION <> '' "
-                "FROM information_schema.COLUMNS "
-                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
-            ),
-            {"t": table},
-        )
-    }
     found = []
-    for index in other_unique_indexes(conn, table, key):
+    for index in other_unique_indexes(conn, profile.table, key):
         implicit = []
         for column in index.columns:
             if column.lower() in written:
                 continue
-            default, extra, generated = facts.get(column.lower(), (None, "", False))
-            if generated or "generated" in extra:
+            facts = profile.column(column)
+            if facts is not None and facts.generated:
                 implicit.append(f"{column} is generated")
             elif (
-                "auto_increment" in extra
-                or default is None
-                or default.upper() == "NULL"
+                facts is None
+                or facts.auto_increment
+                or facts.default is None
+                or facts.default.upper() == "NULL"
             ):
                 break  # every new row gets a fresh value, a NULL, or is refused
             else:
-                implicit.append(f"{column} defaults to {default}")
+                implicit.append(f"{column} defaults to {facts.default}")
         else:
             found.append(Reachable(index, tuple(implicit)))
     return found
 
 
 def refuse_unique_conflicts(
-    conn: Connection, config: Config, table: str, columns: Iterable[str]
+    conn: Connection, config: Config, profile: TargetProfile, columns: Iterable[str]
 ) -> None:
     """Raise ConfigError when a stream writing ``columns`` can reach another row
     through a unique index besides ``mysql.key``, unless the config sets such
@@ -121,7 +111,7 @@ def refuse_unique_conflicts(
     if mysql.unique_conflicts == "quarantine":
         return
     columns = list(columns)
-    found = reachable_indexes(conn, table, mysql.key, columns)
+    found = reachable_indexes(conn, profile, mysql.key, columns)
     if not found:
         return
     first = found[0]
@@ -135,7 +125,7 @@ def refuse_unique_conflicts(
         f"row. Leave {', '.join(written or first.index.columns)} out of the stream's "
         'columns, or set mysql.unique_conflicts = "quarantine" to set such records '
         "aside",
-        table=table,
+        table=profile.table,
     )
 
 

@@ -3,8 +3,10 @@ row can block its batch at every start (mysql/row_screen.py says why each would)
 
 Struct, list and map columns become JSON text first (refused at the first chunk
 unless their target column is JSON or text); then rows holding text that is not
-UTF-8, and rows whose statement would exceed the server's ``max_allowed_packet``,
-go to the quarantine with their reason. The rest keep their staged order.
+UTF-8, upserts with a NULL for a ``TIMESTAMP NOT NULL`` column (MySQL would store
+the current time), and rows whose statement would exceed the server's
+``max_allowed_packet``, go to the quarantine with their reason. The rest keep their
+staged order.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from wal_sink.mysql.row_screen import (
     check_json_targets,
     invalid_utf8,
     nested_columns,
+    null_into_now,
     oversized,
     row_record,
 )
@@ -54,9 +57,10 @@ class Screen:
             chunk, reasons = as_json_text(chunk)
         for i, reason in invalid_utf8(chunk).items():
             reasons.setdefault(i, reason)
-        too_big = oversized(
-            chunk, self.config.mysql.key, self.max_packet, self._deletes(chunk)
-        )
+        deletes = self._deletes(chunk)
+        for i, reason in null_into_now(chunk, self.target, deletes).items():
+            reasons.setdefault(i, reason)
+        too_big = oversized(chunk, self.config.mysql.key, self.max_packet, deletes)
         cut = {i for i in too_big if i not in reasons}
         for i in cut:
             reasons[i] = too_big[i]

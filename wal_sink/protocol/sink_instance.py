@@ -22,7 +22,7 @@ from wal_sink.mysql.preflight import preflight
 from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.tombstones import Tombstones
-from wal_sink.mysql.unique_keys import refuse_unique_conflicts
+from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.batch_rows import RowApplier
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.parts import SinkParts
@@ -98,32 +98,26 @@ class SinkInstance:
         return self.committer.epoch if self.committer else None
 
     def expect_columns(self, columns: Iterable[str]) -> None:
-        """Say which columns the stream will write, before ``start``: a unique index
-        of the target they reach is then refused before the lease is taken."""
-        self.stream_columns = tuple(self._written(columns))
+        """Say which columns the stream will have, before ``start``: what the target
+        cannot take as configured is then refused before the lease is taken."""
+        self.stream_columns = tuple(columns)
 
     def check_columns(self, columns: Iterable[str]) -> None:
-        """Refuse (ConfigError) a stream whose columns reach another row through a
-        unique index besides mysql.key, before anything of it is staged; once per
-        set of columns. While MySQL is unreachable the check is left to the
-        committer, which makes it again before applying anything."""
-        written = self._written(columns)
+        """Refuse (ConfigError) a stream the target cannot take as configured
+        (write_checks.py), before anything of it is staged; once per set of
+        columns. While MySQL is unreachable the check is left to the committer,
+        which makes it again before applying anything."""
+        written = frozenset(columns)
         if written in self._checked_columns:
             return
         try:
             with self.engine.connect() as conn:
-                refuse_unique_conflicts(
-                    conn, self.config, self.config.mysql.table, written
-                )
+                check_writes(conn, self.config, self.config.mysql.table, written)
         except DBAPIError as e:
             if not is_transient(e):
                 raise mysql_error(e, sink_id=self.sink_id) from e
             return
         self._checked_columns.add(written)
-
-    def _written(self, columns: Iterable[str]) -> frozenset[str]:
-        cdc = self.config.cdc
-        return frozenset(c for c in columns if not cdc or c != cdc.op_column)
 
     def check_owners(self) -> list[tuple[DeltaTable, str, str]]:
         """Refuse (ConfigError) a WAL or quarantine table another sink owns (I9);

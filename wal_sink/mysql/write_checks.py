@@ -1,0 +1,166 @@
+"""What a stream may write into the target: each property of the target (its
+profile, target_profile.py) that would make an upsert mean something else than the
+config says is refused here, with one line naming it and the way out, before
+anything is written (docs/merge.md, "The target's shape").
+
+The rest is made to mean what the config says elsewhere: the engine pins the session
+(engine.py), and every upsert assigns each key and ``keep`` column to itself
+(upsert.py). What is left here is what no statement can repair:
+
+- a column the config names (key, merge, version, CDC op and order) that the stream
+  lacks: a version guard or a merge policy would silently not apply;
+- a key or ``keep`` column MySQL updates by itself (``ON UPDATE CURRENT_TIMESTAMP``):
+  any update of the row, another writer's included, changes it;
+- a stream column MySQL computes (generated), or a NOT NULL column without a
+  default that the stream does not write: every upsert is refused;
+- an AUTO_INCREMENT column the stream writes on a session without
+  ``NO_AUTO_VALUE_ON_ZERO`` (a 0 becomes the next value): only with an engine that
+  is not the sink's (the sink's pins it);
+- a BEFORE INSERT / UPDATE trigger that sets ``NEW.<column>`` of a column the
+  stream writes: the row would end as the trigger says;
+- another unique index the stream reaches (unique_keys.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from sqlalchemy import Connection
+
+from wal_sink.config import Config
+from wal_sink.errors import ConfigError
+from wal_sink.mysql.target_profile import TargetProfile, read_profile
+from wal_sink.mysql.unique_keys import refuse_unique_conflicts
+
+# ``SET NEW.col =``, ``…, NEW.col :=`` in a SET list, ``SELECT … INTO NEW.col``
+NEW_ASSIGNED = re.compile(
+    r"(?:(?:\bSET|,)\s*NEW\s*\.\s*(`(?:[^`]|``)+`|\w+)\s*:?=)"
+    r"|(?:\bINTO\s+NEW\s*\.\s*(`(?:[^`]|``)+`|\w+))",
+    re.IGNORECASE,
+)
+
+
+def check_writes(
+    conn: Connection, config: Config, table: str, columns: Iterable[str]
+) -> TargetProfile:
+    """Raise ConfigError when a stream of ``columns`` (empty: not known yet) cannot
+    be written into ``table`` as the config says; return the profile read."""
+    columns = list(columns)
+    if columns:
+        refuse_missing_named(config, columns)
+    profile = read_profile(conn, table)
+    written = [c for c in columns if not config.cdc or c != config.cdc.op_column]
+    _refuse_self_updating(profile, config)
+    if written:
+        _refuse_computed(profile, written)
+        _refuse_unfilled(profile, written)
+        _refuse_unpinned(profile, written)
+        _refuse_rewriting_triggers(profile, written)
+    refuse_unique_conflicts(conn, config, profile, written)
+    return profile
+
+
+def refuse_missing_named(config: Config, columns: Iterable[str]) -> None:
+    """Every column the config names must be a column of the stream."""
+    have = {c.lower() for c in columns}
+    mysql, cdc = config.mysql, config.cdc
+    named = [("mysql.key", k) for k in mysql.key]
+    named += [(f"mysql.merge.{c}", c) for c in mysql.merge]
+    if mysql.version_column:
+        named.append(("mysql.version_column", mysql.version_column))
+    if cdc:
+        named += [("cdc.op_column", cdc.op_column), ("cdc.order_by", cdc.order_by)]
+    for where, column in named:
+        if column.lower() not in have:
+            raise ConfigError(
+                f"{where} names column {column!r}, which the stream does not have "
+                f"(its columns: {', '.join(columns)}): the setting would silently "
+                "not apply. Add the column to the stream ([transform]) or remove "
+                "the setting"
+            )
+
+
+def _refuse_self_updating(profile: TargetProfile, config: Config) -> None:
+    mysql = config.mysql
+    keep = [c for c, p in mysql.merge.items() if p == "keep"]
+    roles = [(k, "a key column", "") for k in mysql.key] + [
+        (c, "a keep column (mysql.merge)", ", or let the stream overwrite it")
+        for c in keep
+    ]
+    for column, role, or_else in roles:
+        facts = profile.column(column)
+        if facts is not None and facts.on_update:
+            raise ConfigError(
+                f"column {facts.name} of table {profile.table} is {role} but has "
+                f"{facts.extra.upper()}: any update of the row, another writer's "
+                f"too, changes it. Drop that clause (ALTER TABLE … MODIFY "
+                f"{facts.name} …){or_else}"
+            )
+
+
+def _refuse_computed(profile: TargetProfile, written: list[str]) -> None:
+    for column in written:
+        facts = profile.column(column)
+        if facts is not None and facts.generated:
+            raise ConfigError(
+                f"column {facts.name} of table {profile.table} is generated: MySQL "
+                "refuses a value for it. Leave it out of the stream"
+            )
+
+
+def _refuse_unfilled(profile: TargetProfile, written: list[str]) -> None:
+    have = {c.lower() for c in written}
+    for facts in profile.columns.values():
+        if facts.name.lower() not in have and not facts.fills_itself:
+            raise ConfigError(
+                f"column {facts.name} of table {profile.table} is NOT NULL without a "
+                "default and the stream does not write it: MySQL refuses every "
+                "upsert without it (error 1364). Add it to the stream, or give it "
+                "a default"
+            )
+
+
+def _refuse_unpinned(profile: TargetProfile, written: list[str]) -> None:
+    """The engine pins NO_AUTO_VALUE_ON_ZERO; an engine that is not the sink's
+    may leave it out."""
+    for column in written:
+        facts = profile.column(column)
+        if (
+            facts is not None
+            and facts.auto_increment
+            and "NO_AUTO_VALUE_ON_ZERO" not in profile.sql_mode
+        ):
+            raise ConfigError(
+                "the session's sql_mode lacks NO_AUTO_VALUE_ON_ZERO: a 0 written into "
+                f"{profile.table}.{facts.name} (AUTO_INCREMENT) would take the next "
+                "value instead. Let the sink set sql_mode (use its own engine)"
+            )
+
+
+def _refuse_rewriting_triggers(profile: TargetProfile, written: list[str]) -> None:
+    have = {c.lower() for c in written}
+    for trigger in profile.triggers or ():
+        if trigger.timing.upper() != "BEFORE" or trigger.event.upper() == "DELETE":
+            continue
+        for match in NEW_ASSIGNED.finditer(trigger.statement):
+            name = (match.group(1) or match.group(2)).strip("`").replace("``", "`")
+            if name.lower() in have:
+                raise ConfigError(
+                    f"trigger {trigger.name} ({trigger.timing} {trigger.event}) on "
+                    f"table {profile.table} sets NEW.{name}, a column the stream "
+                    "writes: rows would end as the trigger says, not as mysql.merge "
+                    f"does. Leave {name} out of the stream, or drop the trigger"
+                )
+
+
+def visibility_warnings(profile: TargetProfile) -> list[str]:
+    """What the profile could not see: said at start, not assumed absent."""
+    if profile.triggers is not None:
+        return []
+    return [
+        f"user {profile.user} holds no TRIGGER privilege on table {profile.table}, "
+        "so the server hides its triggers: a trigger that rewrites the rows the sink "
+        "writes cannot be checked. GRANT TRIGGER ON the table to this user lets the "
+        "sink check them"
+    ]
