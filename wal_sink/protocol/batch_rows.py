@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from sqlalchemy import Connection, Delete, Engine, Table, text
+from sqlalchemy import Connection, Delete, Engine, Table, Update, text
 from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
@@ -37,16 +37,20 @@ from wal_sink.mysql.errors import is_row_error
 from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
-from wal_sink.mysql.unique_keys import AnotherRow, refuse_unique_conflicts
-from wal_sink.mysql.upsert import build_delete, build_upsert
+from wal_sink.mysql.target_profile import deletes_may_fail
+from wal_sink.mysql.unique_keys import AnotherRow
+from wal_sink.mysql.upsert import build_delete, build_update, build_upsert
+from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.chunk_path import ChunkPath, Decision, decide
 from wal_sink.protocol.driver_rows import (
     drop_non_finite,
     drop_null_keys,
     isolating,
+    needs_update,
     python_rows,
     refused,
     split_runs,
+    updating,
 )
 from wal_sink.protocol.screen import Screen, Screened
 from wal_sink.protocol.versioned_cdc import VersionedCdc
@@ -108,9 +112,12 @@ class RowApplier:
         chunks: Iterator[pa.RecordBatch],
         total: int,
         on_chunk: ChunkCallback | None = None,
+        stream: Sequence[str] | None = None,
     ) -> tuple[int, int, int, list[Entry]]:
-        """Apply ``chunks`` (``total`` rows, the stream's columns) in order, as a
-        staged batch's; return (upserted, deleted, skipped as stale, set aside)."""
+        """Apply ``chunks`` (``total`` rows of the stream's columns, or of some of
+        ``stream``'s) in order, as a staged batch's; return (upserted, deleted,
+        skipped as stale, set aside). What the target may take is checked against
+        ``stream`` (default: each chunk's columns)."""
         self._render = renders_exactly(conn, self.sink_id)
         rows = deleted = skipped = done = 0
         bad: list[Entry] = []
@@ -119,7 +126,7 @@ class RowApplier:
         for screened, ahead in prefetched(chunks, self._decide_ahead, self._prefetch):
             chunk = screened.chunk
             bad.extend(screened.set_aside)
-            found = self._statements(conn, chunk.schema)
+            found = self._statements(conn, chunk.schema, stream)
             # Decided ahead unless its schema was new, and again if LOAD DATA was
             # refused since (on this thread, after the prefetch decided).
             decision = (
@@ -153,7 +160,9 @@ class RowApplier:
         if found.versioned is None:
             yield values, 0, []
         else:
-            yield from found.versioned.pieces(conn, values)
+            yield from found.versioned.pieces(
+                conn, values, cut_after_deletes=found.deletes_may_fail
+            )
 
     def _apply_rows(
         self,
@@ -179,15 +188,31 @@ class RowApplier:
                     by = (*by, found.versioned.version)
                 params = [{k: r[k] for k in by} for r in run]
                 ops.update({id(p): ops[id(r)] for p, r in zip(params, run)})
+                params = drop_non_finite(params, bad)
+                refused_before = len(bad)
                 deleted += isolating(conn, found.delete, params, bad)
+                if found.versioned is not None:
+                    refused = {id(e.record) for e in bad[refused_before:]}
+                    found.versioned.record(
+                        conn, [p for p in params if id(p) not in refused]
+                    )
             else:
-                rows += isolating(
-                    conn,
-                    found.upsert,
-                    drop_non_finite(run, bad),
-                    bad,
-                    self._upsert_refused,
-                )
+                for by_key, segment in needs_update(
+                    drop_non_finite(run, bad), found.unsigned_adds
+                ):
+                    if by_key:
+                        rows += updating(
+                            conn,
+                            found.update,
+                            found.upsert,
+                            segment[0],
+                            bad,
+                            self._upsert_refused,
+                        )
+                    else:
+                        rows += isolating(
+                            conn, found.upsert, segment, bad, self._upsert_refused
+                        )
             if cdc and len(bad) > before:  # set-aside records keep their op
                 run_op = cdc.delete_values[0] if is_delete else None
                 bad[before:] = [
@@ -206,7 +231,9 @@ class RowApplier:
             self._screen = Screen(self.config, self.target(), int(packet))
         return self._screen
 
-    def _statements(self, conn: Connection, schema: pa.Schema) -> _Statements:
+    def _statements(
+        self, conn: Connection, schema: pa.Schema, stream: Sequence[str] | None
+    ) -> _Statements:
         """How chunks of ``schema`` are applied; built once per schema (statements
         compiled per batch were a tenth of applying a backlog of small batches)."""
         found = self._known(schema)
@@ -215,8 +242,17 @@ class RowApplier:
         mysql, cdc = self.config.mysql, self.config.cdc
         target = self.target()
         columns = [c for c in schema.names if not cdc or c != cdc.op_column]
-        refuse_unique_conflicts(conn, self.config, target.name, columns)
+        profile = check_writes(
+            conn, self.config, target.name, schema.names if stream is None else stream
+        )
         upsert = build_upsert(target, columns, mysql)
+        unsigned_adds = tuple(
+            c
+            for c in columns
+            if mysql.merge.get(c) == "add"
+            and (facts := profile.column(c)) is not None
+            and facts.unsigned
+        )
         multi = loader = None
         if not cdc:
             multi = MultiRowUpsert.for_schema(conn, upsert, columns, schema)
@@ -224,7 +260,17 @@ class RowApplier:
                 loader = BulkLoader(target, columns, mysql, self.sink_id)
         versioned = self.versioned if cdc and mysql.version_column in columns else None
         delete = build_delete(target, mysql, versioned is not None) if cdc else None
-        found = _Statements(schema, upsert, multi, loader, delete, versioned)
+        found = _Statements(
+            schema,
+            upsert,
+            multi,
+            loader,
+            delete,
+            versioned,
+            deletes_may_fail(profile),
+            unsigned_adds,
+            build_update(target, columns, mysql) if unsigned_adds else None,
+        )
         self._by_schema.append(found)
         return found
 
@@ -253,6 +299,7 @@ class RowApplier:
             found.loader,
             render=self._render,
             bulk_load=bulk_load,
+            unsigned_adds=found.unsigned_adds,
         )
 
     def _decide_ahead(self, screened: Screened) -> Decision | None:
@@ -340,6 +387,14 @@ class _Statements:
     """CDC deletes by key (guarded by the version when ``versioned``)."""
     versioned: VersionedCdc | None
     """[cdc] rows carrying the version column: stale upserts and tombstones."""
+    deletes_may_fail: bool = False
+    """A delete can be refused (a child row still referencing it, a trigger, or
+    triggers this user cannot see): versioned CDC judges upserts after a run of
+    deletes only once it is applied."""
+    unsigned_adds: tuple[str, ...] = ()
+    """``add`` columns that are UNSIGNED: a row with a negative amount for one goes
+    by key (``update``), the upsert's own row being out of range."""
+    update: Update | None = None
 
 
 def _coalesced(chunks: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:

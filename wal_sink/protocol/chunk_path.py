@@ -8,7 +8,9 @@ when the decision made ahead no longer holds).
 - **driver**: value by value through the driver, which sets aside null keys and
   isolates rows MySQL rejects. It takes what the others cannot: CDC chunks (their
   statements have neither of the others), a session that would not read rendered
-  text exactly, a null key, a value without an exact text form (NaN, infinity).
+  text exactly, a null key, a value without an exact text form (NaN, infinity), a
+  negative amount for an ``add`` column that is UNSIGNED (the row it would insert
+  is out of range even where the sum is not: the driver updates such a row by key).
 
 A chunk that the bulk load or the multi-row path fails with (LOAD DATA refused or
 warning, a row MySQL rejects) falls back to the next path down.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from wal_sink.mysql.bulk_load import BulkLoader
 from wal_sink.mysql.multi_row import MultiRowUpsert
@@ -58,11 +61,17 @@ def decide(
     *,
     render: bool,
     bulk_load: bool,
+    unsigned_adds: Sequence[str] = (),
 ) -> Decision:
     """The way ``chunk`` goes, with ``multi`` and ``loader`` its schema's fast
     statements (None where its schema has none), rendering its multi-row
-    statements when it goes that way."""
-    if not render or any(chunk.column(k).null_count for k in key):
+    statements when it goes that way; ``unsigned_adds`` are its UNSIGNED ``add``
+    columns."""
+    if (
+        not render
+        or any(chunk.column(k).null_count for k in key)
+        or any(negative(chunk.column(c)) for c in unsigned_adds)
+    ):
         path = ChunkPath.DRIVER
     elif loader is not None and bulk_load:
         path = ChunkPath.BULK_LOAD
@@ -72,3 +81,9 @@ def decide(
         path = ChunkPath.DRIVER
     statements = multi.render(chunk) if path is ChunkPath.MULTI_ROW else None
     return Decision(path, render, bulk_load, statements)
+
+
+def negative(column: pa.Array) -> bool:
+    """Whether ``column`` holds a value below zero."""
+    lowest = pc.min(column).as_py()
+    return lowest is not None and lowest < 0

@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError
 
 from wal_sink.errors import first_line
 from wal_sink.mysql.errors import error_code, is_row_error
+from wal_sink.mysql.upsert import update_params
 from wal_sink.wal.quarantine import Entry
 
 RefusalReason = Callable[[Connection, dict[str, Any], DBAPIError], str]
@@ -130,3 +131,49 @@ def isolating(
     return isolating(conn, stmt, rows[:middle], bad, reason) + isolating(
         conn, stmt, rows[middle:], bad, reason
     )
+
+
+def needs_update(
+    run: list[dict[str, Any]], unsigned_adds: tuple[str, ...]
+) -> Iterator[tuple[bool, list[dict[str, Any]]]]:
+    """A run of upserts in order, as segments: ``(True, [row])`` for a row with a
+    negative amount for an UNSIGNED ``add`` column (upsert.build_update says why),
+    ``(False, rows)`` for the consecutive rows between them."""
+    if not unsigned_adds:
+        yield False, run
+        return
+    plain: list[dict[str, Any]] = []
+    for row in run:
+        if any((row.get(c) or 0) < 0 for c in unsigned_adds):
+            if plain:
+                yield False, plain
+                plain = []
+            yield True, [row]
+        else:
+            plain.append(row)
+    if plain:
+        yield False, plain
+
+
+def updating(
+    conn: Connection,
+    update: Executable,
+    upsert: Executable,
+    row: dict[str, Any],
+    bad: list[Entry],
+    reason: RefusalReason = refused,
+) -> int:
+    """Apply one row by key with ``update`` (under a savepoint, set aside when
+    MySQL refuses it); a key without a row goes to ``isolating(upsert)``. Returns
+    how many rows were applied (0 or 1)."""
+    savepoint = conn.begin_nested()
+    try:
+        matched = conn.execute(update, update_params(row)).rowcount
+    except DBAPIError as e:
+        if not is_row_error(e):
+            raise
+        savepoint.rollback()
+        bad.append(Entry(row, reason(conn, row, e)))
+        return 0
+    savepoint.commit()
+    return 1 if matched else isolating(conn, upsert, [row], bad, reason)
