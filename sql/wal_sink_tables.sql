@@ -2,8 +2,8 @@
 -- mysql.outbox_table, mysql.retry_table). `wal-sink init-db` and the job create them;
 -- this file is for DBAs who create tables by hand. tests/unit/test_schema.py keeps it
 -- equal to wal_sink/mysql/tables.py. Upgrading from 0.1: sql/upgrade_0.2.sql, then
--- sql/upgrade_0.3.sql, then sql/upgrade_0.4.sql; from 0.2: the last two; from 0.3:
--- sql/upgrade_0.4.sql.
+-- sql/upgrade_0.3.sql, sql/upgrade_0.4.sql and sql/upgrade_0.5.sql; from 0.2: the
+-- last three; from 0.3: the last two; from 0.4: sql/upgrade_0.5.sql.
 
 -- One row per applied batch, inserted first in the batch's own transaction (its
 -- primary key stops a second apply) and completed with the counts before COMMIT.
@@ -66,12 +66,16 @@ CREATE TABLE IF NOT EXISTS wal_sink_retry (
 
 -- With [cdc] and mysql.version_column, also a tombstone table per target (default
 -- name: the target's + "_tombstones"): a delete leaves its key and version there, so
--- an older upsert arriving later never brings the row back. Its key and version
--- columns are copied from the target (types and collations), hence CREATE TABLE
--- ... SELECT; for a target `items` with mysql.key = ["k"] and version_column "seq":
+-- an older upsert arriving later, from this sink or another writing the same target,
+-- never brings the row back. Its key and version columns are copied from the target
+-- (types and collations), hence CREATE TABLE ... SELECT; its primary key is the
+-- target's key (tombstones belong to the target), and its comment names the target,
+-- which is how every sink finds it. For a target `items` with mysql.key = ["k"] and
+-- version_column "seq":
 --
 -- CREATE TABLE IF NOT EXISTS items_tombstones (
 -- 	_wal_sink_id VARCHAR(128) NOT NULL, _wal_deleted_at DATETIME(6) NOT NULL,
--- 	PRIMARY KEY (_wal_sink_id, k), KEY wal_sink_expiry (_wal_sink_id, _wal_deleted_at)
--- ) ENGINE=InnoDB SELECT '' AS _wal_sink_id, k, seq AS _wal_version,
+-- 	PRIMARY KEY (k), KEY wal_sink_expiry (_wal_sink_id, _wal_deleted_at)
+-- ) ENGINE=InnoDB COMMENT='wal_sink tombstones of items'
+-- 	SELECT '' AS _wal_sink_id, k, seq AS _wal_version,
 -- 	NOW(6) AS _wal_deleted_at FROM items WHERE FALSE;

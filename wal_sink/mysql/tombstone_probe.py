@@ -6,7 +6,8 @@ The chunk's ops, versions and keys go to the server as one JSON document, typed 
 match as the target's key does (collations, trailing spaces), versions compare as
 the target's version column. A window over the chunk, partitioned by key in staged
 order, finds the newest delete earlier in the chunk; a join with the tombstone
-table, read with locks, the newest recorded before. An upsert whose version is not
+table, read with locks, the newest recorded before — by any sink writing the
+target (tombstones.py). An upsert whose version is not
 newer than either is stale.
 
 MySQL converts a value that does not fit the column's type with a warning (a clipped
@@ -29,7 +30,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from wal_sink.errors import ConfigError
-from wal_sink.mysql.tombstones import DELETED_AT, SINK, VERSION, Tombstones
+from wal_sink.mysql.tombstones import DELETED_AT, VERSION, Tombstones
 
 PLAIN_TYPES = frozenset(
     {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "float"}
@@ -54,7 +55,6 @@ class StaleProbe:
     """The stale-upsert read for one tombstone table, built once."""
 
     def __init__(self, conn: Connection, tombstones: Tombstones) -> None:
-        self.sink_id = tombstones.sink_id
         self.key = tombstones.key
         self.version = tombstones.version
         quote = conn.dialect.identifier_preparer.quote
@@ -76,7 +76,7 @@ class StaleProbe:
             + " ORDER BY j.n ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
             " AS earlier FROM JSON_TABLE(:doc, '$[*]' COLUMNS (n FOR ORDINALITY, "
             "d INT PATH '$[0]', " + ", ".join(declared) + ")) AS j) AS s "
-            f"LEFT JOIN {quote(tombstones.name)} AS tb ON tb.{SINK} = :sink AND "
+            f"LEFT JOIN {quote(tombstones.name)} AS tb ON "
             + on
             + f" WHERE s.d = 0 AND (s.c0 <= tb.{VERSION} OR s.c0 <= s.earlier OR "
             f"(s.c0 IS NULL AND (tb.{VERSION} IS NOT NULL OR s.earlier IS NOT NULL)))"
@@ -117,9 +117,7 @@ class StaleProbe:
         such as a rounded decimal, is what an insert does too: not counted)."""
         if doc == "[]":
             return [], None
-        positions = list(
-            conn.execute(self.sql, {"doc": doc, "sink": self.sink_id}).scalars()
-        )
+        positions = list(conn.execute(self.sql, {"doc": doc}).scalars())
         count = conn.exec_driver_sql("SHOW COUNT(*) WARNINGS").scalar_one()
         shown = conn.exec_driver_sql("SHOW WARNINGS").all()
         warnings = [

@@ -1,17 +1,28 @@
 """Tombstones: with ``[cdc]`` and ``mysql.version_column``, a delete leaves (key,
 version, when) behind so that an older upsert of the key arriving later — a forced
-replay, files Spark picks in another order, a re-partitioned topic — never brings
-the row back. The final state is then the one the versions say, whatever the
-delivery order.
+replay, files Spark picks in another order, a re-partitioned topic, another sink's
+backfill — never brings the row back. The final state is then the one the versions
+say, whatever the delivery order.
 
-They live in a table of the sink's beside the target (``mysql.tombstone_table``,
-default ``<table>_tombstones``), not in a soft-delete column of the target: the
-target keeps meaning what its users think (a deleted row is gone, and its unique
-values are free for other rows), nothing else that reads or writes the target needs
-to know, and tombstones can expire without touching it. The table is made with
-``CREATE TABLE … SELECT`` from the target, so its key and version columns have the
-target's own types and collations: a tombstone matches a key exactly as the target's
-key does. Its primary key is (sink id, key).
+They live in a table beside the target (``mysql.tombstone_table``, default
+``<table>_tombstones``), not in a soft-delete column of the target: the target keeps
+meaning what its users think (a deleted row is gone, and its unique values are free
+for other rows), nothing else that reads or writes the target needs to know, and
+tombstones can expire without touching it. The table is made with ``CREATE TABLE …
+SELECT`` from the target, so its key and version columns have the target's own types
+and collations, and kept so at every start (a key widened or recollated later is
+widened or recollated there too): a tombstone matches a key exactly as the target's
+key does.
+
+Tombstones belong to the target, not to one sink: the table's primary key is the
+target's key, its comment names the target (``wal_sink tombstones of <table>``), and
+every sink with ``[cdc]`` and a version column writing that target reads and writes
+the same one (a sink configured with another is refused, naming it). A sink that
+cannot honour them (no ``[cdc]`` or no version column) is refused on a target that
+has one (``refuse_unguarded``). ``_wal_sink_id`` names the sink that recorded a key's
+newest delete; each sink's purge expires the tombstones it recorded, after its own
+``cdc.tombstone_retention``. Tables of 0.4 (primary key (sink id, key)) are migrated
+at start under a named lock: a key's newest tombstone stays.
 
 Tie rule: a delete at version v removes a stored row of version <= v, and an upsert
 at version <= a tombstone's is stale: at the same version the delete wins. An upsert
@@ -20,7 +31,8 @@ without a version is older than any version.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import (
@@ -31,9 +43,11 @@ from sqlalchemy import (
     column,
     delete,
     func,
+    not_,
     select,
     table,
     text,
+    tuple_,
 )
 from sqlalchemy import inspect as inspect_db
 from sqlalchemy.dialects.mysql import insert
@@ -48,6 +62,11 @@ SINK = "_wal_sink_id"
 VERSION = "_wal_version"
 DELETED_AT = "_wal_deleted_at"
 EXPIRY_INDEX = "wal_sink_expiry"
+COMMENT = "wal_sink tombstones of {}"
+LOCK_SECONDS = 60
+"""How long a start waits for another sink's DDL on the same tombstone table."""
+KEEP_KEYS = 10_000
+"""Keys an expiry spares at most (open quarantined upserts): more, nothing expires."""
 
 
 def tombstone_ddl(
@@ -59,14 +78,51 @@ def tombstone_ddl(
     return (
         f"CREATE TABLE IF NOT EXISTS {quote(name)} ("
         f"{SINK} VARCHAR(128) NOT NULL, {DELETED_AT} DATETIME(6) NOT NULL, "
-        f"PRIMARY KEY ({SINK}, {keys}), KEY {EXPIRY_INDEX} ({SINK}, {DELETED_AT})"
-        f") ENGINE=InnoDB SELECT '' AS {SINK}, {keys}, {quote(version)} AS {VERSION}, "
+        f"PRIMARY KEY ({keys}), KEY {EXPIRY_INDEX} ({SINK}, {DELETED_AT})"
+        f") ENGINE=InnoDB COMMENT='{COMMENT.format(target)}' "
+        f"SELECT '' AS {SINK}, {keys}, {quote(version)} AS {VERSION}, "
         f"NOW(6) AS {DELETED_AT} FROM {quote(target)} WHERE FALSE"
     )
 
 
+def guarding_tables(conn: Connection, target: str) -> list[str]:
+    """The tables holding ``target``'s tombstones: named by their comment, or by
+    the default name (a table of 0.4 not migrated yet)."""
+    return list(
+        conn.execute(
+            text(
+                "SELECT t.TABLE_NAME FROM information_schema.TABLES t "
+                "WHERE t.TABLE_SCHEMA = DATABASE() AND (t.TABLE_COMMENT = :c OR "
+                "(t.TABLE_NAME = :n AND EXISTS (SELECT 1 FROM "
+                "information_schema.COLUMNS c WHERE c.TABLE_SCHEMA = DATABASE() "
+                f"AND c.TABLE_NAME = t.TABLE_NAME AND c.COLUMN_NAME = '{VERSION}'))) "
+                "ORDER BY t.TABLE_NAME"
+            ),
+            {"c": COMMENT.format(target), "n": f"{target}_tombstones"},
+        ).scalars()
+    )
+
+
+def refuse_unguarded(conn: Connection, config: Config) -> None:
+    """Refuse a sink that cannot honour tombstones (no ``[cdc]`` or no version
+    column) on a target whose deletes another sink guards with them: its upserts
+    would bring deleted rows back."""
+    if config.cdc and config.mysql.version_column:
+        return
+    target = config.mysql.table
+    found = guarding_tables(conn, target)
+    if found:
+        raise ConfigError(
+            f"table {target}'s deletes are guarded by tombstones (table {found[0]}) "
+            "that this sink cannot honour without [cdc] and mysql.version_column: "
+            "its upserts would bring deleted rows back. Give it [cdc] and "
+            f"mysql.version_column, or drop {found[0]} once no sink deletes from "
+            f"{target}"
+        )
+
+
 class Tombstones:
-    """The tombstones of one sink, in the tombstone table of its target."""
+    """The tombstones of one target, as one sink reads and records them."""
 
     def __init__(self, config: Config) -> None:
         mysql = config.mysql
@@ -78,39 +134,36 @@ class Tombstones:
         self.key = mysql.key
         self.version = mysql.version_column
         self._table: Table | None = None
-        self._named = table(self.name, column(SINK), column(DELETED_AT))
+        self._named = table(
+            self.name, column(SINK), column(DELETED_AT), *[column(k) for k in self.key]
+        )
         """Enough of the table to count and expire, without reflecting it."""
 
     def ensure(self, engine: Engine) -> Table:
-        """Create the table if it does not exist (idempotent), check that it is
-        this target's, and return it."""
+        """Create the table if it does not exist, or bring one of an earlier
+        version or with stale column types up to date (idempotent, under a named
+        lock against a sink starting at the same time); check that it is this
+        target's only tombstone table, and return it."""
         if self._table is not None:
             return self._table
-        with engine.connect() as conn:
-            exists = inspect_db(conn).has_table(self.name)
-        if not exists:
-            ddl = tombstone_ddl(
-                engine.dialect.identifier_preparer.quote,
-                self.name,
-                self.target,
-                self.key,
-                self.version,
-            )
+        with engine.connect() as conn, _named_lock(conn, f"wal_sink:{self.target}"):
+            self._refuse_another(conn)
             try:
-                with engine.begin() as conn:
-                    conn.execute(text(ddl))
+                if not inspect_db(conn).has_table(self.name):
+                    conn.execute(text(self._ddl(conn)))
+                else:
+                    self._upgrade(conn)
             except DBAPIError as e:
                 if error_code(e) not in ACCESS_DENIED:
                     raise
                 raise ConfigError(
-                    f"the tombstone table {self.name} does not exist and this user "
-                    f"may not create it ({first_line(e.orig)}): create it as in "
-                    "sql/wal_sink_tables.sql"
+                    f"the tombstone table {self.name} is missing or out of date and "
+                    f"this user may not change it ({first_line(e.orig)}): create or "
+                    "upgrade it as in sql/wal_sink_tables.sql"
                 ) from None
-        with engine.connect() as conn:
-            table = Table(self.name, MetaData(), autoload_with=conn)
+            found = Table(self.name, MetaData(), autoload_with=conn)
         missing = [
-            c for c in (SINK, *self.key, VERSION, DELETED_AT) if c not in table.c
+            c for c in (SINK, *self.key, VERSION, DELETED_AT) if c not in found.c
         ]
         if missing:
             raise ConfigError(
@@ -118,8 +171,94 @@ class Tombstones:
                 f"(no column {', '.join(missing)}); set mysql.tombstone_table to "
                 "another name"
             )
-        self._table = table
-        return table
+        self._table = found
+        return found
+
+    def _ddl(self, conn: Connection) -> str:
+        quote = conn.dialect.identifier_preparer.quote
+        return tombstone_ddl(quote, self.name, self.target, self.key, self.version)
+
+    def _refuse_another(self, conn: Connection) -> None:
+        others = [t for t in guarding_tables(conn, self.target) if t != self.name]
+        if others:
+            raise ConfigError(
+                f"table {self.target}'s tombstones are in table {others[0]}, not "
+                f"{self.name}: tombstones belong to the target, and every sink "
+                f"writing it must honour the same ones. Set mysql.tombstone_table = "
+                f'"{others[0]}"'
+            )
+
+    def _upgrade(self, conn: Connection) -> None:
+        """A table of 0.4 (keyed by sink and key) keyed by the target's key, a key's
+        newest tombstone kept; the comment naming the target; the key and version
+        columns of the target's types now."""
+        quote = conn.dialect.identifier_preparer.quote
+        name = quote(self.name)
+        pk = inspect_db(conn).get_pk_constraint(self.name)["constrained_columns"]
+        if SINK in pk:
+            on = " AND ".join(f"a.{quote(k)} = b.{quote(k)}" for k in self.key)
+            conn.execute(
+                text(
+                    f"DELETE a FROM {name} a JOIN {name} b ON {on} AND "
+                    f"(a.{VERSION} < b.{VERSION} OR (a.{VERSION} = b.{VERSION} "
+                    f"AND a.{SINK} > b.{SINK}))"
+                )
+            )
+            keys = ", ".join(quote(k) for k in self.key)
+            conn.execute(
+                text(f"ALTER TABLE {name} DROP PRIMARY KEY, ADD PRIMARY KEY ({keys})")
+            )
+        changes = [
+            f"MODIFY COLUMN {quote(mine)} {definition}"
+            for mine, definition in self._stale_columns(conn)
+        ]
+        comment = COMMENT.format(self.target)
+        current = conn.execute(
+            text(
+                "SELECT TABLE_COMMENT FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
+            ),
+            {"t": self.name},
+        ).scalar_one()
+        if current != comment:
+            changes.append(f"COMMENT = '{comment}'")
+        if changes:
+            try:
+                conn.execute(text(f"ALTER TABLE {name} {', '.join(changes)}"))
+            except DBAPIError as e:
+                if error_code(e) in ACCESS_DENIED:
+                    raise
+                raise ConfigError(
+                    f"the tombstone table {self.name} cannot take the key and version "
+                    f"columns of {self.target} as they are now "
+                    f"({first_line(e.orig)}); empty it once no older upsert can "
+                    "arrive, or recreate it"
+                ) from None
+
+    def _stale_columns(self, conn: Connection) -> Iterator[tuple[str, str]]:
+        """(tombstone column, the target column's definition) where they differ."""
+        types = {
+            (t, c): (ctype, charset, collation)
+            for t, c, ctype, charset, collation in conn.execute(
+                text(
+                    "SELECT TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, CHARACTER_SET_NAME, "
+                    "COLLATION_NAME FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (:a, :b)"
+                ),
+                {"a": self.target, "b": self.name},
+            )
+        }
+        pairs = [(k, k, "NOT NULL") for k in self.key]
+        pairs.append((VERSION, self.version, "NULL"))
+        for mine, theirs, null in pairs:
+            wanted = types.get((self.target, theirs))
+            if wanted is None or types.get((self.name, mine)) == wanted:
+                continue
+            ctype, charset, collation = wanted
+            text_type = (
+                f" CHARACTER SET {charset} COLLATE {collation}" if charset else ""
+            )
+            yield mine, f"{ctype}{text_type} {null}"
 
     @property
     def table(self) -> Table:
@@ -128,9 +267,9 @@ class Tombstones:
         return self._table
 
     def record(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
-        """Leave a tombstone for each delete of ``rows`` (each with its key and a
-        non-NULL version), inside the batch's transaction; a key's tombstone keeps
-        its highest version."""
+        """Leave a tombstone for each delete of ``rows`` that MySQL applied (each
+        with its key and a non-NULL version), inside the batch's transaction; a
+        key's tombstone keeps its highest version and the sink that recorded it."""
         if not rows:
             return
         t = self.table
@@ -140,6 +279,7 @@ class Tombstones:
         conn.execute(
             stmt.on_duplicate_key_update(
                 [  # left to right: the version last, as MySQL sees earlier results
+                    (SINK, func.if_(newer, new[SINK], t.c[SINK])),
                     (DELETED_AT, func.if_(newer, new[DELETED_AT], t.c[DELETED_AT])),
                     (VERSION, func.if_(newer, new[VERSION], t.c[VERSION])),
                 ]
@@ -155,7 +295,8 @@ class Tombstones:
         )
 
     def count(self, conn: Connection) -> int:
-        """This sink's tombstones (0 while the table does not exist)."""
+        """The tombstones this sink recorded last (0 while the table does not
+        exist)."""
         if not inspect_db(conn).has_table(self.name):
             return 0
         t = self._named
@@ -163,15 +304,47 @@ class Tombstones:
             select(func.count()).where(t.c[SINK] == self.sink_id)
         ).scalar_one()
 
-    def expire(self, conn: Connection, older_than: float, dry_run: bool) -> int:
-        """Remove (or with ``dry_run`` count) this sink's tombstones written more
-        than ``older_than`` seconds ago; returns how many."""
-        if not inspect_db(conn).has_table(self.name):
+    def expire(
+        self,
+        conn: Connection,
+        older_than: float,
+        dry_run: bool,
+        keep: Sequence[tuple[Any, ...]] = (),
+    ) -> int:
+        """Remove (or with ``dry_run`` count) the tombstones this sink recorded more
+        than ``older_than`` seconds ago, except those of the keys in ``keep`` (keys
+        of open quarantined upserts, which a retry would otherwise bring back);
+        returns how many. More than KEEP_KEYS keys to keep: none is removed."""
+        if not inspect_db(conn).has_table(self.name) or len(keep) > KEEP_KEYS:
             return 0
         t = self._named
         micros = int(older_than * 1_000_000)
         cutoff = func.date_sub(func.now(6), text(f"INTERVAL {micros} MICROSECOND"))
         mine = (t.c[SINK] == self.sink_id) & (t.c[DELETED_AT] < cutoff)
+        if keep:
+            mine &= not_(tuple_(*[t.c[k] for k in self.key]).in_(list(keep)))
         if dry_run:
             return conn.execute(select(func.count()).where(mine)).scalar_one()
         return conn.execute(delete(t).where(mine)).rowcount
+
+
+@contextmanager
+def _named_lock(conn: Connection, name: str) -> Iterator[None]:
+    """MySQL's named lock ``name`` (per server: prefixed with the database) held
+    while the block runs: two sinks starting on one target take turns at its DDL."""
+    full = conn.execute(text("SELECT CONCAT(DATABASE(), '/', :n)"), {"n": name})
+    lock = full.scalar_one()[:64]
+    got = conn.execute(
+        text("SELECT GET_LOCK(:l, :s)"), {"l": lock, "s": LOCK_SECONDS}
+    ).scalar_one()
+    if got != 1:
+        raise ConfigError(
+            f"another sink held the lock {lock!r} on the tombstone table's set-up for "
+            f"{LOCK_SECONDS} s; start again once it is up"
+        )
+    try:
+        yield
+        if conn.in_transaction():
+            conn.commit()
+    finally:
+        conn.execute(text("SELECT RELEASE_LOCK(:l)"), {"l": lock})

@@ -1,9 +1,11 @@
 """Dropping applied batches from the WAL (I5: never one without an ack row), and
 then their ack rows, so the ack table does not grow without end.
 
-With ``[cdc]`` and a version column purge also removes the sink's tombstones older
-than ``cdc.tombstone_retention``: an upsert older than such a delete, arriving after
-that, would bring the row back, so the retention must outlast any late delivery.
+With ``[cdc]`` and a version column purge also removes the tombstones the sink
+recorded longer than ``cdc.tombstone_retention`` ago: an upsert older than such a
+delete, arriving after that, would bring the row back, so the retention must outlast
+any late delivery. A key with an open quarantined upsert keeps its tombstone until
+the entry is retried or purged.
 
 The plan is computed from the ack table; a batch that has an ack can never lose it
 before its files are gone, so a plan stays safe while it is carried out. Ack rows
@@ -14,13 +16,16 @@ and the checkpoint check (I7) start from it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from wal_sink.config import WalConfig
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.tombstones import Tombstones
+from wal_sink.protocol.quarantine_entries import ROW, list_entries
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.maintenance import delete_batches
 
@@ -91,11 +96,26 @@ def check_retention(wal: WalConfig, retain: str, retain_seconds: float) -> None:
 
 
 def expire_tombstones(sink: SinkInstance, dry_run: bool = False) -> int | None:
-    """Remove (or with ``dry_run`` count) the sink's tombstones older than
-    ``cdc.tombstone_retention``; None when the sink keeps no tombstones."""
+    """Remove (or with ``dry_run`` count) the tombstones the sink recorded longer
+    than ``cdc.tombstone_retention`` ago, but those of keys with an open
+    quarantined upsert: a retry of it would otherwise bring the deleted row back.
+    None when the sink keeps no tombstones."""
     config = sink.config
     if not config.cdc or not config.mysql.version_column:
         return None
     retention = parse_duration(config.cdc.tombstone_retention)
+    keep = _open_upsert_keys(sink)
     with sink.engine.begin() as conn:
-        return Tombstones(config).expire(conn, retention, dry_run)
+        return Tombstones(config).expire(conn, retention, dry_run, keep)
+
+
+def _open_upsert_keys(sink: SinkInstance) -> list[tuple[Any, ...]]:
+    """The keys of the sink's open quarantine entries a retry would upsert."""
+    key, cdc = sink.config.mysql.key, sink.config.cdc
+    keys = set()
+    for listed in list_entries(sink):
+        if listed.is_open and listed.kind == ROW:
+            record = json.loads(listed.entry.record)
+            if cdc is None or record.get(cdc.op_column) not in cdc.delete_values:
+                keys.add(tuple(record.get(k) for k in key))
+    return sorted(keys, key=repr)

@@ -2,10 +2,15 @@
 a batch inside its transaction, around the row path of batch_rows.py.
 
 1. Upserts a delete of a newer or equal version makes stale — one recorded before
-   (a tombstone) or one earlier in the chunk — are dropped and counted as skipped:
-   they are not bad data, they are history the target has moved past.
+   (a tombstone, by any sink writing the target) or one earlier in the piece — are
+   dropped and counted as skipped: they are not bad data, they are history the
+   target has moved past.
 2. Deletes only remove a row whose stored version is not newer (upsert.py), and each
-   delete with a version leaves a tombstone.
+   delete with a version that MySQL applied leaves a tombstone (``record``, called
+   by the row applier after each run of deletes). A delete MySQL refuses (a child
+   row still referencing it, a trigger) is set aside and leaves none; where the
+   target can refuse a delete at all (``deletes_may_fail``), a piece ends after each
+   run of deletes, so no upsert after it is judged by a delete that did not happen.
 
 Upserts older than the stored row are still guarded by the upsert itself (the
 version guard); the tombstone is what remembers a row that is gone. Without a
@@ -42,18 +47,22 @@ class VersionedCdc:
         self._probe: StaleProbe | None = None
 
     def pieces(
-        self, conn: Connection, rows: list[dict[str, Any]]
+        self,
+        conn: Connection,
+        rows: list[dict[str, Any]],
+        cut_after_deletes: bool = False,
     ) -> Iterator[tuple[list[dict[str, Any]], int, list[Entry]]]:
         """A chunk's ``rows`` (in staged order) in pieces of one read each (the
         whole chunk unless its document passes ``DOCUMENT_BYTES``), every piece
         read only once the caller applied the one before it, whose deletes'
         tombstones it then sees: each without its stale upserts, with how many
         were dropped, and the rows set aside because MySQL cannot take their key
-        or version as the target's types (an insert would fail on them)."""
+        or version as the target's types (an insert would fail on them). With
+        ``cut_after_deletes`` a piece also ends after each run of deletes."""
         if self._probe is None:
             self.tombstones.ensure(conn.engine)
             self._probe = StaleProbe(conn, self.tombstones)
-        pending = [rows]
+        pending = list(reversed(self._cut(rows) if cut_after_deletes else [rows]))
         while pending:
             piece = pending.pop()
             keyed = [
@@ -69,14 +78,13 @@ class VersionedCdc:
                 middle = len(piece) // 2
                 pending += [piece[middle:], piece[:middle]]
                 continue
-            yield self._drop_stale(conn, piece, keyed, deletes, document)
+            yield self._drop_stale(conn, piece, keyed, document)
 
     def _drop_stale(
         self,
         conn: Connection,
         rows: list[dict[str, Any]],
         keyed: list[int],
-        deletes: list[bool],
         document: Document,
     ) -> tuple[list[dict[str, Any]], int, list[Entry]]:
         stale, invalid = self._probe.stale(conn, document)
@@ -89,16 +97,24 @@ class VersionedCdc:
             for i, warning in sorted(invalid.items())
         ]
         kept = [r for i, r in enumerate(rows) if i not in dropped]
-        # Step 2's tombstones, all of the piece's at once: only the next piece's
-        # read sees them, and it comes after this piece is applied.
-        self.tombstones.record(
-            conn,
-            [
-                rows[i]
-                for i, is_delete in zip(keyed, deletes)
-                if is_delete
-                and i not in dropped
-                and rows[i].get(self.version) is not None
-            ],
-        )
         return kept, len(stale), bad
+
+    def record(self, conn: Connection, applied: list[dict[str, Any]]) -> None:
+        """Step 2's tombstones, of the deletes MySQL applied (those with a
+        version): only the next piece's read sees them, and it comes after this
+        run of deletes."""
+        self.tombstones.record(
+            conn, [r for r in applied if r.get(self.version) is not None]
+        )
+
+    def _cut(self, rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        """``rows`` in pieces ending after each run of deletes."""
+        pieces: list[list[dict[str, Any]]] = [[]]
+        for row, after in zip(rows, [*rows[1:], None]):
+            pieces[-1].append(row)
+            is_delete = row.get(self.op_column) in self.delete_values
+            if is_delete and (
+                after is None or after.get(self.op_column) not in self.delete_values
+            ):
+                pieces.append([])
+        return [p for p in pieces if p]
