@@ -140,7 +140,8 @@ def retry(
             + (f" ({r.stale} stale: a newer delete)" if r.stale else "")
             + f", {len(r.failed)} failed again"
             + (
-                f", {r.retried_meanwhile} retried meanwhile by another retry"
+                f", {r.retried_meanwhile} retried meanwhile by another retry "
+                "or superseded by a replay"
                 if r.retried_meanwhile
                 else ""
             )

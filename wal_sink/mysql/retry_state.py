@@ -22,6 +22,10 @@ from wal_sink.mysql.errors import error_code
 
 RETRIED = "retried"
 FAILED = "failed"
+SUPERSEDED = "superseded"
+"""The state of a marker row, ``<apply id>/*``: every entry that apply set aside
+is superseded (its batch was applied again since, by ``replay --force``)."""
+MARKER = "/*"
 IN_LIST = 1000
 """Entry ids per IN list."""
 NO_SUCH_TABLE = 1146
@@ -109,6 +113,34 @@ class RetryStates:
         )
         conn.execute(stmt, rows)
 
+    def supersede(
+        self, conn: Connection, batch_id: int, apply_id: str, by: str
+    ) -> None:
+        """Mark the entries apply ``apply_id`` of ``batch_id`` set aside as
+        superseded by apply ``by`` (a forced replay), in that apply's transaction:
+        a marker row that outlives the ack row naming ``by``, which ``purge``
+        removes."""
+        stmt = insert(self.table).values(
+            sink_id=self.sink_id,
+            entry_id=apply_id + MARKER,
+            batch_id=batch_id,
+            state=SUPERSEDED,
+            retry_id=by,
+            reason=None,
+            retried_at=func.now(6),
+        )
+        conn.execute(stmt.on_duplicate_key_update(state=stmt.inserted.state))
+
+    def superseded(
+        self, conn: Connection, apply_ids: Iterable[str], *, lock: bool = False
+    ) -> set[str]:
+        """Which of ``apply_ids`` a forced replay superseded (with ``lock``, a
+        locking read: it waits for a replay still committing)."""
+        found = self._read(conn, (a + MARKER for a in set(apply_ids)), lock=lock)
+        return {
+            i.removesuffix(MARKER) for i, s in found.items() if s.state == SUPERSEDED
+        }
+
     def exists(self, conn: Connection) -> bool:
         """Whether the table exists (an install of 0.3 not upgraded yet has none)."""
         try:
@@ -133,6 +165,7 @@ class RetryStates:
         return RetryCounts(by_state.get(RETRIED, 0), by_state.get(FAILED, 0))
 
     def all_ids(self, conn: Connection) -> set[str]:
+        """Entry ids of the rows, markers (``<apply id>/*``) included."""
         if not self.exists(conn):
             return set()
         c = self.table.c

@@ -107,6 +107,7 @@ class Committer:
         self.stop = stop
         self.lease = parts.tables.lease
         self.acks = parts.acks
+        self.retries = parts.retries
         self.outbox = parts.outbox
         self._outbox_filled = True
         """Rows may wait in the outbox: put there by an apply, left by a failed
@@ -250,6 +251,10 @@ class Committer:
                         continue
                     if ack is not None:
                         self.acks.remove(conn, batch_id)
+                        if ack.apply_id is not None:  # its set-aside rows: done now
+                            self.retries.supersede(
+                                conn, batch_id, ack.apply_id, apply_id
+                            )
                     # Step 3. Its files, the ack row first, the rows, the counts.
                     batch = self._resolve(wanted)
                     state = QUARANTINED if set_aside else APPLIED

@@ -111,13 +111,21 @@ class QuarantineCounts:
         return max(0, self.entries - self.retried)
 
 
-def kind_of(entry: StoredEntry, config: Config, acked_by: dict[int, str | None]) -> str:
+def kind_of(
+    entry: StoredEntry,
+    config: Config,
+    acked_by: dict[int, str | None],
+    superseded: set[str],
+) -> str:
     """What the entry is; ``acked_by`` maps batches to the apply their ack row
-    names (a batch whose ack row was purged is not in it)."""
+    names (a batch whose ack row was purged is not in it), ``superseded`` holds
+    the applies a forced replay replaced (their marker rows outlive the ack)."""
     if entry.from_parse_errors:
         return RAW_TEXT
     applied_by = acked_by.get(entry.batch_id)
-    if entry.apply_id is not None and applied_by not in (None, entry.apply_id):
+    if entry.apply_id is not None and (
+        entry.apply_id in superseded or applied_by not in (None, entry.apply_id)
+    ):
         return SUPERSEDED
     if record_is_partial(entry.reason):
         return PARTIAL_ROW
@@ -139,8 +147,13 @@ def list_entries(
         acked_by = (
             sink.acks.apply_ids(conn, min(batches), max(batches)) if batches else {}
         )
+        superseded = sink.retries.superseded(
+            conn, (e.apply_id for e in entries if e.apply_id is not None)
+        )
     listed = [
-        ListedEntry(e, kind_of(e, sink.config, acked_by), found.get(e.entry_id))
+        ListedEntry(
+            e, kind_of(e, sink.config, acked_by, superseded), found.get(e.entry_id)
+        )
         for e in entries
     ]
     if reason is not None:

@@ -9,7 +9,8 @@ unless asked.
 
 The quarantine's entries are removed first, then their retry rows: a crash in
 between leaves retry rows of removed entries, which the next purge drops, never an
-entry that lost the row saying it was retried (it would be retried again).
+entry that lost the row saying it was retried (it would be retried again). The
+marker saying an apply's entries are superseded goes only with the last of them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from wal_sink.mysql.retry_state import MARKER
 from wal_sink.protocol.quarantine_entries import list_entries
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.quarantine import LEGACY_ENTRY
@@ -82,6 +84,10 @@ def execute_quarantine_purge(sink: SinkInstance, plan: QuarantinePurgePlan) -> i
     for start in range(0, len(plan.retried), IN_LIST):
         named = ", ".join(f"'{i}'" for i in plan.retried[start : start + IN_LIST])
         quarantine.delete(f"entry_id IN ({named})")
-    kept = {e.entry_id for e in quarantine.entries()}
+    entries = quarantine.entries()
     with sink.engine.begin() as conn:
+        # A marker of superseded entries stays while one of them may still be
+        # listed: in the quarantine table, or in the outbox on its way there.
+        applies = {e.apply_id for e in entries} | sink.parts.outbox.applies(conn)
+        kept = {e.entry_id for e in entries} | {a + MARKER for a in applies if a}
         return sink.retries.forget(conn, sink.retries.all_ids(conn) - kept)

@@ -8,7 +8,9 @@ batch (committer.py):
 1. Lock the sink's lease row: retries and the sink's own committer take turns.
 2. Read the entries' retry rows with a locking read: an entry retried already — by
    another retry running at the same time, by an earlier one, or by this one before
-   a lost COMMIT reply — is skipped. It waits for a retry still committing them.
+   a lost COMMIT reply — is skipped, and so is one whose batch a forced replay
+   applied again since the plan (superseded). It waits for a retry or a replay
+   still committing them.
 3. Apply the rest through the committer's own row path (merge policies, the version
    guard, CDC deletes and tombstones, the guard against reaching another row), all
    at once under a savepoint; when any is refused again, that is rolled back and the
@@ -81,7 +83,8 @@ class BatchRetry:
     failed: dict[str, str]
     """Entries refused again, with the new reason: still open."""
     retried_meanwhile: int
-    """Entries another retry applied since the plan: skipped."""
+    """Entries another retry applied, or a forced replay superseded, since the
+    plan: skipped."""
     stale: int = 0
     """CDC upserts a newer delete made stale: nothing to apply, resolved."""
 
@@ -158,11 +161,19 @@ class QuarantineRetry:
             with sink.engine.connect() as conn, conn.begin():
                 # Step 1. Take turns with the sink's committer and other retries.
                 current_epoch(conn, sink.tables.lease, sink.sink_id, lock=True)
-                # Step 2. Which entries are retried already: a locking read.
+                # Step 2. Which entries are retried already, or superseded by a
+                # forced replay: a locking read.
                 found = sink.retries.locked(conn, [e.entry_id for e in entries])
                 if any(s.retry_id in tried for s in found.values()):
                     return _committed_before(batch_id, entries, found, tried)
-                todo = [e for e in entries if _open(found.get(e.entry_id))]
+                superseded = sink.retries.superseded(
+                    conn, (e.apply_id for e in entries if e.apply_id), lock=True
+                )
+                todo = [
+                    e
+                    for e in entries
+                    if _open(found.get(e.entry_id)) and e.apply_id not in superseded
+                ]
                 # Step 3. Apply them, keeping out those refused again.
                 applied, failed, stale = self._apply(conn, todo)
                 # Step 4. Their retry rows; COMMIT (leaving the block).
@@ -211,6 +222,7 @@ class QuarantineRetry:
             conn,
             chunks((row for _, row in typed), self.config.wal.chunk_rows),
             len(typed),
+            stream=list(self.columns),
         )
         if not bad:
             savepoint.commit()
