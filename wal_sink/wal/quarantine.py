@@ -253,6 +253,21 @@ class Quarantine:
             return sum(int(a["num_records"]) for a in actions)
         return sum(self._count_in(uri) for uri in table.file_uris())
 
+    def holding(self, entry_ids: set[str]) -> set[str]:
+        """Which of ``entry_ids`` the table holds (reads its ``entry_id`` column:
+        for the rare drain that cannot tell from the app transaction alone)."""
+        table = self.table()
+        if table is None or not entry_ids:
+            return set()
+        found: set[str] = set()
+        for uri in table.file_uris():
+            parquet = open_parquet(uri, self.storage)
+            if "entry_id" not in parquet.schema_arrow.names:
+                continue  # a file of 0.3, before entry ids
+            for chunk in parquet.iter_batches(batch_size=10_000, columns=["entry_id"]):
+                found |= entry_ids.intersection(chunk.column(0).to_pylist())
+        return found
+
     def _count_in(self, uri: str) -> int:
         count = 0
         parquet = open_parquet(uri, self.storage)
