@@ -1,0 +1,376 @@
+"""The target's shape (docs/merge.md, "The target's shape"): each property of a
+table or server that changes what an upsert does is either made to mean what the
+config says or refused at start with one line, nothing written. Driven in process
+(the committer and recovery, batches staged by pyarrow); the job's own runs are in
+test_target_shape_job.py."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from devtools.mariadb import SINK_PASSWORD
+from tests.helpers import stage_rows
+from wal_sink.config import config_from_dict
+from wal_sink.errors import ConfigError, TerminalError
+from wal_sink.protocol.sink_instance import SinkInstance
+
+I64 = pa.int64()
+
+
+@pytest.fixture
+def fresh(db):
+    """Drop the module's tables; returns ``create(*ddl)``."""
+
+    def create(*ddl: str) -> None:
+        db.execute("SET FOREIGN_KEY_CHECKS = 0")
+        names = [r[0] for r in db.rows("SHOW TABLES")]
+        with db.connect() as conn, conn.cursor() as cur:
+            cur.execute("SET FOREIGN_KEY_CHECKS = 0")
+            for name in names:
+                cur.execute(f"DROP TABLE `{name}`")
+        for statement in ddl:
+            db.execute(statement)
+
+    return create
+
+
+@pytest.fixture
+def config(db, tmp_path):
+    """Factory of configs: ``config(table, key, sink="s1", **mysql, cdc=None)``."""
+
+    def make(table: str, key: list[str], sink: str = "s1", cdc=None, **mysql: Any):
+        raw: dict[str, Any] = {
+            "sink": {"id": sink},
+            "wal": {"path": str(tmp_path / f"wal_{sink}")},
+            "mysql": {"url": db.url, "table": table, "key": key, **mysql},
+        }
+        if cdc:
+            raw["cdc"] = cdc
+        return config_from_dict(raw, base_dir=tmp_path)
+
+    return make
+
+
+def apply(config, schema: pa.Schema, *batches: list[dict], first: int = 0) -> list:
+    """Stage ``batches`` from batch ``first`` on and apply them as a start does."""
+    for i, rows in enumerate(batches):
+        stage_rows(config, first + i, rows, schema)
+    sink = SinkInstance(config)
+    try:
+        return sink.recover()
+    finally:
+        sink.close()
+
+
+def refused_at_start(config, schema: pa.Schema) -> str:
+    """The one line a start refuses ``config`` with, a stream of ``schema`` known."""
+    sink = SinkInstance(config)
+    sink.expect_columns(schema.names)
+    try:
+        with pytest.raises(ConfigError) as info:
+            sink.start()
+    finally:
+        sink.close()
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def nothing_written(db) -> bool:
+    tables = {r[0] for r in db.rows("SHOW TABLES")}
+    return "wal_sink_ack" not in tables or not db.rows("SELECT * FROM wal_sink_ack")
+
+
+# -- columns the config names -------------------------------------------------
+
+
+def test_a_version_column_the_stream_lacks_is_refused_at_start_and_by_recovery(
+    db, fresh, config
+):
+    fresh("CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT, ver BIGINT)")
+    db.execute("INSERT INTO t VALUES (1, 100, 10)")
+    cfg = config("t", ["k"], version_column="ver")
+    schema = pa.schema([("k", I64), ("v", I64)])
+    said = refused_at_start(cfg, schema)
+    assert "mysql.version_column names column 'ver'" in said
+    # The CLI knows no query: the committer checks the staged schema first.
+    with pytest.raises(ConfigError, match="version_column names column 'ver'"):
+        apply(cfg, schema, [{"k": 1, "v": 1}])
+    assert db.rows("SELECT v, ver FROM t") == [(100, 10)]
+    assert nothing_written(db)
+
+
+@pytest.mark.parametrize(
+    "mysql, cdc, named",
+    [
+        ({"merge": {"n": "add"}}, None, "mysql.merge.n"),
+        ({}, {"op_column": "op", "order_by": "seq"}, "cdc.op_column"),
+    ],
+)
+def test_every_column_the_config_names_must_be_in_the_stream(
+    fresh, config, mysql, cdc, named
+):
+    fresh("CREATE TABLE t (k BIGINT PRIMARY KEY, n BIGINT, seq BIGINT, op CHAR(1))")
+    said = refused_at_start(
+        config("t", ["k"], cdc=cdc, **mysql), pa.schema([("k", I64), ("seq", I64)])
+    )
+    assert said.startswith(f"{named} names column")
+
+
+# -- columns MySQL writes by itself -------------------------------------------
+
+TS = pa.timestamp("us", tz="UTC")
+
+
+@pytest.mark.parametrize(
+    "ddl, key, merge, said",
+    [
+        (
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, label VARCHAR(8), created "
+            "TIMESTAMP(6) NULL DEFAULT NULL ON UPDATE CURRENT_TIMESTAMP(6))",
+            ["k"],
+            {"created": "keep"},
+            "column created of table t is a keep column (mysql.merge) but has ON "
+            "UPDATE",
+        ),
+        (
+            "CREATE TABLE t (k BIGINT NOT NULL, created TIMESTAMP(6) NOT NULL DEFAULT "
+            "'2020-01-01' ON UPDATE CURRENT_TIMESTAMP(6), label VARCHAR(8), "
+            "PRIMARY KEY (k, created))",
+            ["k", "created"],
+            {},
+            "column created of table t is a key column but has ON UPDATE",
+        ),
+    ],
+)
+def test_a_key_or_keep_column_with_on_update_is_refused(
+    db, fresh, config, ddl, key, merge, said
+):
+    fresh(ddl)
+    schema = pa.schema([("k", I64), ("created", TS), ("label", pa.string())])
+    assert said in refused_at_start(config("t", key, merge=merge), schema)
+    assert nothing_written(db)
+
+
+def test_on_update_added_while_the_sink_runs_changes_no_key_or_keep_column(
+    db, fresh, config
+):
+    """Every key and keep column is assigned to itself, which MySQL's ON UPDATE
+    leaves alone: the defence behind the refusal at start."""
+    fresh(
+        "CREATE TABLE t (k BIGINT NOT NULL, at DATETIME(6) NOT NULL, "
+        "first DATETIME(6), label VARCHAR(8), PRIMARY KEY (k, at))"
+    )
+    cfg = config("t", ["k", "at"], merge={"first": "keep"})
+    schema = pa.schema([("k", I64), ("at", TS), ("first", TS), ("label", I64)])
+    then = pa.scalar(1_600_000_000_000_000, TS).as_py()
+    row = {"k": 1, "at": then, "first": then, "label": 1}
+    sink = SinkInstance(cfg)
+    sink.start()
+    stage_rows(cfg, 0, [row], schema)
+    sink.committer.apply(0)
+    for column in ("at", "first"):
+        db.execute(
+            f"ALTER TABLE t MODIFY {column} TIMESTAMP(6) NOT NULL "
+            "DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)"
+        )
+    stage_rows(cfg, 1, [{**row, "first": None, "label": 2}], schema)
+    sink.committer.apply(1)
+    sink.close()
+    stored = db.rows("SELECT k, at, first, label FROM t")
+    assert stored == [(1, then.replace(tzinfo=None), then.replace(tzinfo=None), "2")]
+
+
+def test_an_updated_at_column_the_stream_does_not_write_keeps_refreshing(
+    db, fresh, config
+):
+    fresh(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, label VARCHAR(8), updated_at "
+        "TIMESTAMP(6) NOT NULL DEFAULT '2001-01-01' ON UPDATE CURRENT_TIMESTAMP(6))"
+    )
+    schema = pa.schema([("k", I64), ("label", pa.string())])
+    apply(
+        config("t", ["k"]), schema, [{"k": 1, "label": "a"}], [{"k": 1, "label": "b"}]
+    )
+    [(label, updated)] = db.rows("SELECT label, updated_at FROM t")
+    assert label == "b" and updated.year > 2001
+
+
+@pytest.mark.parametrize("local_infile", [False, True])
+def test_an_auto_increment_key_of_zero_is_the_key_zero(db, fresh, config, local_infile):
+    fresh("CREATE TABLE t (id BIGINT AUTO_INCREMENT PRIMARY KEY, n BIGINT)")
+    db.execute("INSERT INTO t VALUES (7, 1)")
+    cfg = config("t", ["id"], merge={"n": "add"}, local_infile=local_infile)
+    schema = pa.schema([("id", I64), ("n", I64)])
+    apply(cfg, schema, [{"id": 0, "n": 2}], [{"id": 0, "n": 3}, {"id": None, "n": 5}])
+    assert db.rows("SELECT id, n FROM t ORDER BY id") == [(0, 5), (7, 1)]
+    assert db.rows("SELECT row_count, quarantined FROM wal_sink_ack") == [
+        (1, 0),
+        (1, 1),
+    ], "a NULL key is set aside, not given the next value"
+
+
+@pytest.mark.parametrize("local_infile", [False, True])
+def test_a_null_for_a_timestamp_not_null_is_set_aside_never_now(
+    db, fresh, config, local_infile
+):
+    """MariaDB stores NULL into a TIMESTAMP NOT NULL as NOW() whatever
+    explicit_defaults_for_timestamp says (OFF here, older servers' default): a
+    NULL version would win every later comparison. Such a row is set aside."""
+    fresh(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, label VARCHAR(8), "
+        "v TIMESTAMP(6) NOT NULL DEFAULT '2000-01-01')"
+    )
+    db.execute("SET GLOBAL explicit_defaults_for_timestamp = OFF")
+    try:
+        schema = pa.schema([("k", I64), ("label", pa.string()), ("v", TS)])
+        at = [pa.scalar(t * 1_000_000, TS).as_py() for t in (1e9, 1.1e9, 1.2e9)]
+        apply(
+            config("t", ["k"], version_column="v", local_infile=local_infile),
+            schema,
+            [{"k": 1, "label": "v1", "v": at[0]}],
+            [{"k": 1, "label": "v2", "v": None}],
+            [{"k": 1, "label": "v3", "v": at[2]}],
+        )
+    finally:
+        db.execute("SET GLOBAL explicit_defaults_for_timestamp = ON")
+    assert db.rows("SELECT label, v FROM t") == [("v3", at[2].replace(tzinfo=None))]
+    assert [r[0] for r in db.rows("SELECT quarantined FROM wal_sink_ack")] == [0, 1, 0]
+
+
+# -- columns and triggers no statement can repair ------------------------------
+
+
+@pytest.mark.parametrize(
+    "ddl, said",
+    [
+        (
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, n BIGINT, "
+            "g BIGINT AS (n * 2) STORED)",
+            "column g of table t is generated",
+        ),
+        (
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, n BIGINT, tenant INT NOT NULL)",
+            "column tenant of table t is NOT NULL without a default",
+        ),
+        (
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, n BIGINT, g BIGINT)",
+            "trigger t_before (BEFORE UPDATE) on table t sets NEW.n",
+        ),
+    ],
+)
+def test_what_no_statement_can_repair_is_refused_in_one_line(
+    db, fresh, config, ddl, said
+):
+    fresh(ddl)
+    if "g BIGINT)" in ddl:
+        db.execute(
+            "CREATE TRIGGER t_before BEFORE UPDATE ON t FOR EACH ROW "
+            "BEGIN IF NEW.n > 9 THEN SET NEW.g = 1, NEW.n = 9; END IF; END"
+        )
+    columns = [("k", I64), ("n", I64)] + ([("g", I64)] if "STORED" in ddl else [])
+    assert said in refused_at_start(config("t", ["k"]), pa.schema(columns))
+    assert nothing_written(db)
+
+
+def test_an_audit_trigger_works_and_one_that_refuses_a_row_sets_it_aside(
+    db, fresh, config
+):
+    fresh(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, n BIGINT)",
+        "CREATE TABLE audit (k BIGINT, n BIGINT)",
+    )
+    db.execute(
+        "CREATE TRIGGER t_audit AFTER INSERT ON t FOR EACH ROW "
+        "INSERT INTO audit VALUES (NEW.k, NEW.n)"
+    )
+    db.execute(
+        "CREATE TRIGGER t_check BEFORE INSERT ON t FOR EACH ROW BEGIN "
+        "IF NEW.n < 0 THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no'; END IF; "
+        "END"
+    )
+    schema = pa.schema([("k", I64), ("n", I64)])
+    apply(config("t", ["k"]), schema, [{"k": 1, "n": 1}, {"k": 2, "n": -1}])
+    assert db.rows("SELECT k, n FROM t") == [(1, 1)]
+    assert db.rows("SELECT k, n FROM audit") == [(1, 1)]
+    assert db.rows("SELECT row_count, quarantined FROM wal_sink_ack") == [(1, 1)]
+
+
+def test_triggers_this_user_cannot_see_are_said_at_start(
+    mariadb, db, fresh, config, caplog
+):
+    """information_schema hides triggers from a user without TRIGGER: the start
+    says so instead of assuming there are none."""
+    fresh("CREATE TABLE t (k BIGINT PRIMARY KEY, n BIGINT)")
+    with mariadb.root() as conn, conn.cursor() as cur:
+        cur.execute(
+            "CREATE USER IF NOT EXISTS 'blind'@'127.0.0.1' "
+            f"IDENTIFIED BY '{SINK_PASSWORD}'"
+        )
+        cur.execute(
+            "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX "
+            f"ON {db.name}.* TO 'blind'@'127.0.0.1'"
+        )
+    sink = SinkInstance(config("t", ["k"], url=db.url.replace("sink@", "blind@")))
+    try:
+        sink.start()
+    finally:
+        sink.close()
+    assert "holds no TRIGGER privilege on table t" in caplog.text
+
+
+# -- add columns ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("local_infile", [False, True])
+def test_add_into_unsigned_takes_a_negative_amount_whose_sum_fits(
+    db, fresh, config, local_infile
+):
+    fresh("CREATE TABLE t (k BIGINT PRIMARY KEY, n INT UNSIGNED, m BIGINT)")
+    cfg = config("t", ["k"], merge={"n": "add", "m": "add"}, local_infile=local_infile)
+    schema = pa.schema([("k", I64), ("n", I64), ("m", I64)])
+    apply(
+        cfg,
+        schema,
+        [{"k": 1, "n": 10, "m": None}, {"k": 2, "n": 1, "m": None}],
+        [
+            {"k": 1, "n": -3, "m": None},  # 7: applied
+            {"k": 2, "n": -2, "m": 4},  # -1: out of range, set aside
+            {"k": 3, "n": -1, "m": 1},  # a new row of -1: set aside
+            {"k": 1, "n": 1, "m": None},  # order kept: 8
+        ],
+    )
+    assert db.rows("SELECT k, n, m FROM t ORDER BY k") == [
+        (1, 8, None),
+        (2, 1, None),
+    ], "NULL + NULL stays NULL; a NULL total takes the amount"
+    assert db.rows("SELECT row_count, quarantined FROM wal_sink_ack") == [
+        (2, 0),
+        (2, 2),
+    ]
+
+
+def test_add_with_nulls_adds_nothing_and_a_null_total_takes_the_amount(
+    db, fresh, config
+):
+    fresh("CREATE TABLE t (k BIGINT PRIMARY KEY, n DECIMAL(10,2))")
+    schema = pa.schema([("k", I64), ("n", pa.decimal128(10, 2))])
+    cfg = config("t", ["k"], merge={"n": "add"})
+    apply(
+        cfg,
+        schema,
+        [{"k": 1, "n": None}, {"k": 2, "n": Decimal(1)}],
+        [{"k": 1, "n": None}, {"k": 2, "n": None}],
+    )
+    assert db.rows("SELECT k, n FROM t ORDER BY k") == [(1, None), (2, Decimal(1))]
+    apply(cfg, schema, [{"k": 1, "n": Decimal("2.5")}], first=2)
+    assert db.rows("SELECT n FROM t WHERE k = 1") == [(Decimal("2.50"),)]
+
+
+def test_a_stream_column_missing_from_the_target_stays_a_terminal_error(fresh, config):
+    fresh("CREATE TABLE t (k BIGINT PRIMARY KEY)")
+    with pytest.raises(TerminalError, match="colour.*do not exist in the target"):
+        apply(config("t", ["k"]), pa.schema([("k", I64), ("colour", I64)]), [{"k": 1}])

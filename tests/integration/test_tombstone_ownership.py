@@ -1,0 +1,216 @@
+"""Tombstones belong to the target (docs/merge.md, "Where tombstones live"): every
+sink with [cdc] and a version column on a table honours every sink's deletes, a
+sink that cannot honour them is refused, a delete MySQL refuses leaves none, and the
+table follows the target's column types. Driven in process, batches staged by
+pyarrow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from tests.helpers import stage_rows
+from wal_sink.config import config_from_dict
+from wal_sink.errors import ConfigError
+from wal_sink.protocol.purge import expire_tombstones
+from wal_sink.protocol.quarantine_retry import plan_retry, run_retry
+from wal_sink.protocol.sink_instance import SinkInstance
+
+CDC = {"op_column": "op", "order_by": "v", "delete_values": ["D"]}
+SCHEMA = pa.schema(
+    [("op", pa.string()), ("k", pa.int64()), ("label", pa.string()), ("v", pa.int64())]
+)
+
+
+@pytest.fixture
+def items(db):
+    """A fresh `items` table (and a child table referencing it); returns a reader
+    of {k: (label, v)}."""
+    for t in ("child", "items", "items_tombstones", "deleted", "wal_sink_ack"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        "CREATE TABLE items (k BIGINT PRIMARY KEY, label VARCHAR(8), v BIGINT) "
+        "ENGINE=InnoDB"
+    )
+    db.execute(
+        "CREATE TABLE child (id INT PRIMARY KEY, k BIGINT, "
+        "FOREIGN KEY (k) REFERENCES items (k)) ENGINE=InnoDB"
+    )
+    return lambda: {r[0]: r[1:] for r in db.rows("SELECT k, label, v FROM items")}
+
+
+@pytest.fixture
+def config(db, tmp_path):
+    def make(sink: str, cdc: dict | None = CDC, **mysql: Any):
+        raw: dict[str, Any] = {
+            "sink": {"id": sink},
+            "wal": {"path": str(tmp_path / f"wal_{sink}")},
+            "mysql": {
+                "url": db.url,
+                "table": "items",
+                "key": ["k"],
+                "version_column": "v",
+                **mysql,
+            },
+        }
+        if cdc:
+            raw["cdc"] = cdc
+        return config_from_dict(raw, base_dir=tmp_path)
+
+    return make
+
+
+def ops(*rows: tuple) -> list[dict]:
+    return [dict(zip(("op", "k", "label", "v"), r)) for r in rows]
+
+
+def apply(config, *batches: list[dict]) -> None:
+    """Stage ``batches`` after what the sink staged already, and recover them."""
+    sink = SinkInstance(config)
+    try:
+        staged = sink.writer.staged_version()
+        first = 0 if staged is None else staged + 1
+        for i, rows in enumerate(batches):
+            stage_rows(config, first + i, rows, SCHEMA)
+        sink.recover()
+    finally:
+        sink.close()
+
+
+def test_a_backfill_sink_honours_the_live_sinks_deletes(items, config):
+    """Live CDC deletes key 1 at v10; a backfill, another sink on the same table,
+    later sends v7: stale, the row stays deleted. At equal versions the delete
+    wins too."""
+    apply(config("live"), ops(("I", 1, "a", 5), ("D", 1, None, 10)))
+    apply(config("backfill"), ops(("I", 1, "old", 7), ("I", 1, "same", 10)))
+    assert items() == {}
+    apply(config("backfill"), ops(("I", 1, "new", 11)))
+    assert items() == {1: ("new", 11)}
+
+
+def test_a_sink_that_cannot_honour_tombstones_is_refused(db, items, config):
+    apply(config("live"), ops(("D", 1, None, 10)))
+    for plain in (config("backfill", cdc=None), config("nov", version_column=None)):
+        sink = SinkInstance(plain)
+        with pytest.raises(ConfigError) as info:
+            sink.start()
+        sink.close()
+        said = str(info.value)
+        assert "guarded by tombstones (table items_tombstones)" in said
+        assert "\n" not in said
+
+
+def test_a_second_tombstone_table_for_one_target_is_refused(items, config):
+    apply(config("live"), ops(("D", 1, None, 10)))
+    sink = SinkInstance(config("other", tombstone_table="deleted"))
+    with pytest.raises(ConfigError, match='tombstone_table = "items_tombstones"'):
+        sink.start()
+    sink.close()
+
+
+def test_a_tombstone_table_of_0_4_is_migrated_keeping_each_keys_newest(
+    db, items, config
+):
+    db.execute(
+        "CREATE TABLE items_tombstones (_wal_sink_id VARCHAR(128) NOT NULL, "
+        "_wal_deleted_at DATETIME(6) NOT NULL, k BIGINT NOT NULL, _wal_version "
+        "BIGINT, PRIMARY KEY (_wal_sink_id, k), KEY wal_sink_expiry (_wal_sink_id, "
+        "_wal_deleted_at)) ENGINE=InnoDB"
+    )
+    db.execute(
+        "INSERT INTO items_tombstones VALUES ('live', NOW(6), 1, 5), "
+        "('backfill', NOW(6), 1, 9), ('live', NOW(6), 2, 3)"
+    )
+    apply(config("live"), ops(("I", 1, "x", 8), ("I", 2, "y", 4)))
+    assert items() == {2: ("y", 4)}, "key 1's newest delete (9, another sink's) wins"
+    assert db.rows(
+        "SELECT _wal_sink_id, k, _wal_version FROM items_tombstones ORDER BY k"
+    ) == [("backfill", 1, 9), ("live", 2, 3)]
+    [(comment,)] = db.rows(
+        "SELECT TABLE_COMMENT FROM information_schema.TABLES "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'items_tombstones'"
+    )
+    assert comment == "wal_sink tombstones of items"
+
+
+def test_the_tombstone_table_follows_the_targets_key_type(db, items, config):
+    """A key widened after the tombstone table was made is widened there too: a
+    tombstone of a key past INT is kept and matched."""
+    db.execute("DROP TABLE child")
+    db.execute("ALTER TABLE items MODIFY k INT")
+    apply(config("live"), ops(("D", 1, None, 1)))
+    db.execute("ALTER TABLE items MODIFY k BIGINT")
+    big = 5_000_000_000
+    apply(config("live"), ops(("D", big, None, 10)))
+    apply(config("live"), ops(("I", big, "back", 7)))
+    assert items() == {}
+    assert db.rows("SELECT k FROM items_tombstones ORDER BY k") == [(1,), (big,)]
+
+
+def test_a_refused_delete_leaves_no_tombstone(db, items, config):
+    """A delete a child row refuses (1451) is set aside; it leaves no tombstone,
+    and an upsert after it in the same batch is judged without it."""
+    apply(config("live"), ops(("I", 1, "a", 3)))
+    db.execute("INSERT INTO child VALUES (1, 1)")
+    apply(config("live"), ops(("D", 1, None, 5), ("I", 1, "b", 4)))
+    assert items() == {1: ("b", 4)}
+    assert db.rows("SELECT COUNT(*) FROM items_tombstones") == [(0,)]
+    assert db.rows("SELECT quarantined, skipped_count FROM wal_sink_ack") == [
+        (0, 0),
+        (1, 0),
+    ]
+    apply(config("live"), ops(("I", 1, "c", 2)))
+    assert items() == {1: ("b", 4)}, "the version guard, not a tombstone, keeps v4"
+    assert db.rows("SELECT MAX(skipped_count) FROM wal_sink_ack") == [(0,)]
+
+
+def test_a_nan_version_on_a_delete_is_set_aside(db, tmp_path):
+    db.execute("DROP TABLE IF EXISTS fl")
+    db.execute("DROP TABLE IF EXISTS fl_tombstones")
+    db.execute("CREATE TABLE fl (k BIGINT PRIMARY KEY, v DOUBLE) ENGINE=InnoDB")
+    db.execute("INSERT INTO fl VALUES (1, 1), (2, 1)")
+    cfg = config_from_dict(
+        {
+            "sink": {"id": "fl"},
+            "wal": {"path": str(tmp_path / "wal_fl")},
+            "mysql": {
+                "url": db.url,
+                "table": "fl",
+                "key": ["k"],
+                "version_column": "v",
+            },
+            "cdc": CDC,
+        }
+    )
+    schema = pa.schema([("op", pa.string()), ("k", pa.int64()), ("v", pa.float64())])
+    rows = [{"op": "D", "k": 1, "v": float("nan")}, {"op": "D", "k": 2, "v": 5.0}]
+    stage_rows(cfg, 0, rows, schema)
+    sink = SinkInstance(cfg)
+    sink.recover()
+    sink.close()
+    assert db.rows("SELECT k FROM fl") == [(1,)]
+    assert db.rows(
+        "SELECT deleted_count, quarantined FROM wal_sink_ack WHERE sink_id = 'fl'"
+    ) == [(1, 1)]
+
+
+def test_an_expired_tombstone_stays_while_an_upsert_of_its_key_is_quarantined(
+    db, items, config
+):
+    """An upsert set aside before its key's delete: expiring the delete's tombstone
+    would let a retry bring the row back. Purge keeps it; the retry is stale."""
+    cfg = config("live")
+    apply(cfg, ops(("I", 1, "far too long", 3), ("D", 1, None, 5)))
+    db.execute("UPDATE items_tombstones SET _wal_deleted_at = '2000-01-01'")
+    db.execute("ALTER TABLE items MODIFY label VARCHAR(16)")
+    sink = SinkInstance(cfg)
+    try:
+        assert expire_tombstones(sink) == 0
+        assert db.rows("SELECT k FROM items_tombstones") == [(1,)]
+        results = run_retry(sink, plan_retry(sink))
+    finally:
+        sink.close()
+    assert [(r.applied, r.stale) for r in results] == [(1, 1)]
+    assert items() == {}
