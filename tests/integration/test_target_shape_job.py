@@ -105,7 +105,7 @@ def test_the_job_refuses_a_contradiction_at_start_writing_nothing(
     land(tmp_path, [{"k": 1, "n": 1, "created": "2020-01-01T00:00:00Z"}])
     job = drain(config, tmp_path)
     assert job.proc.returncode == 2, job.tail()
-    errors = [ln for ln in job.text().splitlines() if ln.startswith("error:")]
+    errors = [ln for ln in job.text().splitlines() if "ERROR wal_sink.job:" in ln]
     assert len(errors) == 1 and said in errors[0], job.tail()
     assert "Traceback" not in job.text()
     assert db.rows("SELECT COUNT(*) FROM t") == [(0,)]

@@ -152,6 +152,7 @@ class Tombstones:
                 if not inspect_db(conn).has_table(self.name):
                     conn.execute(text(self._ddl(conn)))
                 else:
+                    self._check_is_one(conn)
                     self._upgrade(conn)
             except DBAPIError as e:
                 if error_code(e) not in ACCESS_DENIED:
@@ -161,18 +162,21 @@ class Tombstones:
                     f"this user may not change it ({first_line(e.orig)}): create or "
                     "upgrade it as in sql/wal_sink_tables.sql"
                 ) from None
-            found = Table(self.name, MetaData(), autoload_with=conn)
-        missing = [
-            c for c in (SINK, *self.key, VERSION, DELETED_AT) if c not in found.c
-        ]
+            self._table = Table(self.name, MetaData(), autoload_with=conn)
+        return self._table
+
+    def _check_is_one(self, conn: Connection) -> None:
+        """Refuse a table of that name that is not a tombstone table of the
+        target (it is never changed)."""
+        columns = {c["name"] for c in inspect_db(conn).get_columns(self.name)}
+        wanted = (SINK, *self.key, VERSION, DELETED_AT)
+        missing = [c for c in wanted if c not in columns]
         if missing:
             raise ConfigError(
                 f"table {self.name} is not the tombstone table of {self.target} "
                 f"(no column {', '.join(missing)}); set mysql.tombstone_table to "
                 "another name"
             )
-        self._table = found
-        return found
 
     def _ddl(self, conn: Connection) -> str:
         quote = conn.dialect.identifier_preparer.quote

@@ -107,12 +107,15 @@ class SinkInstance:
         (write_checks.py), before anything of it is staged; once per set of
         columns. While MySQL is unreachable the check is left to the committer,
         which makes it again before applying anything."""
+        columns = list(columns)
         written = frozenset(columns)
         if written in self._checked_columns:
             return
         try:
+            # A table this user cannot see, or that is gone, is said first.
+            table = reflect_target(self.engine, self.config.mysql.table).name
             with self.engine.connect() as conn:
-                check_writes(conn, self.config, self.config.mysql.table, written)
+                check_writes(conn, self.config, table, columns)
         except DBAPIError as e:
             if not is_transient(e):
                 raise mysql_error(e, sink_id=self.sink_id) from e
