@@ -29,8 +29,9 @@ TABLE = (
 SERVER_SQL = (
     "INSERT INTO server_target (k, amount, label, seq) "
     "SELECT k, amount, label, seq FROM source ORDER BY seq "
-    "ON DUPLICATE KEY UPDATE amount = COALESCE(server_target.amount, 0) + "
-    "COALESCE(VALUES(amount), 0), label = IF(server_target.seq IS NULL OR "
+    "ON DUPLICATE KEY UPDATE amount = COALESCE(server_target.amount + "
+    "VALUES(amount), server_target.amount, VALUES(amount)), "
+    "label = IF(server_target.seq IS NULL OR "
     "VALUES(seq) >= server_target.seq, VALUES(label), server_target.label), "
     "seq = IF(server_target.seq IS NULL OR VALUES(seq) >= server_target.seq, "
     "VALUES(seq), server_target.seq)"
