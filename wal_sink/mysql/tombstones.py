@@ -32,7 +32,6 @@ without a version is older than any version.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import (
@@ -56,6 +55,7 @@ from sqlalchemy.exc import DBAPIError
 from wal_sink.config import Config
 from wal_sink.errors import ConfigError, first_line
 from wal_sink.mysql.errors import error_code
+from wal_sink.mysql.named_lock import named_lock
 from wal_sink.mysql.tables import ACCESS_DENIED
 
 SINK = "_wal_sink_id"
@@ -63,8 +63,6 @@ VERSION = "_wal_version"
 DELETED_AT = "_wal_deleted_at"
 EXPIRY_INDEX = "wal_sink_expiry"
 COMMENT = "wal_sink tombstones of {}"
-LOCK_SECONDS = 60
-"""How long a start waits for another sink's DDL on the same tombstone table."""
 KEEP_KEYS = 10_000
 """Keys an expiry spares at most (open quarantined upserts): more, nothing expires."""
 
@@ -146,7 +144,12 @@ class Tombstones:
         target's only tombstone table, and return it."""
         if self._table is not None:
             return self._table
-        with engine.connect() as conn, _named_lock(conn, f"wal_sink:{self.target}"):
+        with (
+            engine.connect() as conn,
+            named_lock(
+                conn, f"wal_sink:{self.target}", f"the tombstone table {self.name}"
+            ),
+        ):
             self._refuse_another(conn)
             try:
                 if not inspect_db(conn).has_table(self.name):
@@ -330,25 +333,3 @@ class Tombstones:
         if dry_run:
             return conn.execute(select(func.count()).where(mine)).scalar_one()
         return conn.execute(delete(t).where(mine)).rowcount
-
-
-@contextmanager
-def _named_lock(conn: Connection, name: str) -> Iterator[None]:
-    """MySQL's named lock ``name`` (per server: prefixed with the database) held
-    while the block runs: two sinks starting on one target take turns at its DDL."""
-    full = conn.execute(text("SELECT CONCAT(DATABASE(), '/', :n)"), {"n": name})
-    lock = full.scalar_one()[:64]
-    got = conn.execute(
-        text("SELECT GET_LOCK(:l, :s)"), {"l": lock, "s": LOCK_SECONDS}
-    ).scalar_one()
-    if got != 1:
-        raise ConfigError(
-            f"another sink held the lock {lock!r} on the tombstone table's set-up for "
-            f"{LOCK_SECONDS} s; start again once it is up"
-        )
-    try:
-        yield
-        if conn.in_transaction():
-            conn.commit()
-    finally:
-        conn.execute(text("SELECT RELEASE_LOCK(:l)"), {"l": lock})
