@@ -257,8 +257,8 @@ def follow(ctx: click.Context, metrics_port: int | None) -> None:
 
     Example: wal-sink -c conf/local.toml follow
     """
+    from wal_sink.errors import RetryStopped
     from wal_sink.protocol.follower import Follower
-    from wal_sink.protocol.retry import RetryStopped
 
     logging.basicConfig(
         level=logging.WARNING,

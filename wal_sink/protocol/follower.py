@@ -30,7 +30,12 @@ from collections.abc import Callable
 
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink.errors import CheckpointResetError, TransientError, first_line
+from wal_sink.errors import (
+    CheckpointResetError,
+    RetryStopped,
+    TransientError,
+    first_line,
+)
 from wal_sink.mysql import lease
 from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.protocol.pipeline import (
@@ -40,7 +45,7 @@ from wal_sink.protocol.pipeline import (
     describe,
     record_applied,
 )
-from wal_sink.protocol.retry import OutageBudget, RetryStopped
+from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.storage import is_s3
 from wal_sink.wal.applied_position import AppliedPosition

@@ -25,7 +25,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from wal_sink import errors
 from wal_sink.config import Config
-from wal_sink.errors import ConfigError, TerminalError, WalSinkError
+from wal_sink.errors import ConfigError, FollowerFailed, TerminalError, WalSinkError
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.datasource import NAME
@@ -41,10 +41,6 @@ log = logging.getLogger("wal_sink.job")
 
 SINK_ERROR = re.compile(r"wal_sink\.errors\.(\w+): (.+)")
 CLOSE_SECONDS = 30.0
-
-
-class FollowerFailed(WalSinkError):
-    """The follower exited on a failure a restart may cure (its line is above)."""
 
 
 class DataSourcePath:
@@ -103,15 +99,7 @@ class DataSourcePath:
         return EXIT_STOPPED
 
     def cause(self, error: BaseException) -> BaseException:
-        """The data source's own error, when the query failed on one: its class
-        and line are in the Python traceback the query's failure carries."""
-        found = SINK_ERROR.findall(str(error))
-        if found:
-            name, line = found[-1]
-            kind = getattr(errors, name, None)
-            if isinstance(kind, type) and issubclass(kind, WalSinkError):
-                return kind(line.strip())
-        return error
+        return sink_error_in(error)
 
     def close(self) -> None:
         """A follower still running (the query failed, or the job is leaving) is
@@ -127,6 +115,19 @@ class DataSourcePath:
                 time.monotonic() - started,
             )
             follower.kill()
+
+
+def sink_error_in(error: BaseException) -> BaseException:
+    """The data source's own error, when the query failed on one: its class and
+    line are in the Python traceback the query's failure carries (every class of
+    errors.py is rebuilt); else ``error``."""
+    found = SINK_ERROR.findall(str(error))
+    if found:
+        name, line = found[-1]
+        kind = getattr(errors, name, None)
+        if isinstance(kind, type) and issubclass(kind, WalSinkError):
+            return kind(line.strip())
+    return error
 
 
 def _exit_error(code: int) -> WalSinkError:

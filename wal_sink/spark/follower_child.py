@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from wal_sink.errors import ConfigError, TerminalError, first_line
+from wal_sink.errors import ConfigError, RetryStopped, TerminalError, first_line
 from wal_sink.exit_status import exit_now
 
 log = logging.getLogger("wal_sink.follow")
@@ -88,7 +88,6 @@ def _commands(stream: IO[str], follower) -> None:
 def main(config_path: str) -> int:
     from wal_sink.config import load_config
     from wal_sink.protocol.follower import Follower
-    from wal_sink.protocol.retry import RetryStopped
     from wal_sink.protocol.sink_instance import SinkInstance
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
