@@ -14,7 +14,7 @@ import logging
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from wal_sink.cli.base import EXIT_FAILED, err, out
+from wal_sink.cli.base import err, out
 from wal_sink.cli.base import fail as _fail
 from wal_sink.cli.base import one_line_errors as _one_line_errors
 from wal_sink.cli.base import open_sink as _instance
@@ -28,7 +28,7 @@ from wal_sink.cli.render import (
     status_table,
 )
 from wal_sink.durations import parse_duration
-from wal_sink.exit_status import exit_now
+from wal_sink.exit_status import FAILED, exit_now
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -207,7 +207,7 @@ def replay(
             )
             err.print(f"warning: {warning}")
             if not dry_run and not yes and not click.confirm("Continue?", err=True):
-                _fail("replay cancelled; nothing changed", EXIT_FAILED)
+                _fail("replay cancelled; nothing changed", FAILED)
         if dry_run or not plan.apply:
             return
         with Progress(
@@ -467,7 +467,7 @@ def inspect(
         if batch is None:
             _fail(
                 f"batch {batch_id} is not in the WAL (never staged, or purged)",
-                EXIT_FAILED,
+                FAILED,
             )
         rows = sink.wal.head(batch, limit)
     out.print(rows_table(batch, rows))
@@ -498,10 +498,10 @@ def quarantine_batch(ctx: click.Context, batch_id: int, yes: bool) -> None:
             f"{where} and the batch is acked as quarantined; it is never applied"
         )
         if not yes and not click.confirm(f"Set batch {batch_id} aside?", err=True):
-            _fail("quarantine-batch cancelled; nothing changed", EXIT_FAILED)
+            _fail("quarantine-batch cancelled; nothing changed", FAILED)
         result = set_aside_batch(sink, plan)
     if not result.applied:
-        _fail(f"batch {batch_id} has an ack already; nothing changed", EXIT_FAILED)
+        _fail(f"batch {batch_id} has an ack already; nothing changed", FAILED)
     out.print(
         f"batch {batch_id}: {result.quarantined} row(s) set aside, acked as quarantined"
     )

@@ -11,16 +11,9 @@ from pathlib import Path
 
 import click
 
-from wal_sink.cli.base import (
-    EXIT_FAILED,
-    EXIT_USAGE,
-    err,
-    fail,
-    one_line_errors,
-    open_sink,
-    out,
-)
+from wal_sink.cli.base import err, fail, one_line_errors, open_sink, out
 from wal_sink.cli.render import entries_table, ids
+from wal_sink.exit_status import FAILED, USAGE
 
 BATCH = click.option(
     "--batch",
@@ -131,7 +124,7 @@ def retry(
         if not yes and not click.confirm(
             f"Apply {plan.entries} record(s) to {table}?", err=True
         ):
-            fail("retry cancelled; nothing changed", EXIT_FAILED)
+            fail("retry cancelled; nothing changed", FAILED)
         results = run_retry(sink, plan)
     failed: dict[str, str] = {}
     for r in results:
@@ -153,7 +146,7 @@ def retry(
         fail(
             f"{len(failed)} record(s) were refused again and stay open with their new "
             "reason (wal-sink quarantine list); the others are applied",
-            EXIT_FAILED,
+            FAILED,
         )
 
 
@@ -180,7 +173,7 @@ def export(
     from wal_sink.protocol.quarantine_entries import RAW_TEXT, list_entries
 
     if path != "-" and os.path.exists(path):
-        fail(f"{path} exists: give another --to, or remove it", EXIT_USAGE)
+        fail(f"{path} exists: give another --to, or remove it", USAGE)
     with open_sink(ctx) as sink:
         listed = list_entries(
             sink,
@@ -198,9 +191,9 @@ def export(
     try:
         _write_whole(Path(path), "".join(lines))
     except FileExistsError:
-        fail(f"{path} exists: give another --to, or remove it", EXIT_USAGE)
+        fail(f"{path} exists: give another --to, or remove it", USAGE)
     except OSError as e:
-        fail(f"cannot write {path}: {e.strerror}", EXIT_USAGE)
+        fail(f"cannot write {path}: {e.strerror}", USAGE)
     raw = sum(e.is_open and e.kind == RAW_TEXT for e in listed)
     say(f"exported {len(lines)} open record(s) to {path} ({raw} raw text)")
 

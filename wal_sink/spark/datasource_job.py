@@ -26,15 +26,11 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from wal_sink import errors
 from wal_sink.config import Config
 from wal_sink.errors import ConfigError, FollowerFailed, TerminalError, WalSinkError
+from wal_sink.exit_status import OK, TERMINAL, USAGE
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.datasource import NAME
-from wal_sink.spark.follower_child import (
-    EXIT_CONFIG,
-    EXIT_STOPPED,
-    EXIT_TERMINAL,
-    FollowerChild,
-)
+from wal_sink.spark.follower_child import FollowerChild
 from wal_sink.spark.sink import check_stream
 
 log = logging.getLogger("wal_sink.job")
@@ -93,10 +89,10 @@ class DataSourcePath:
                 follower.command("stop")  # SIGTERM while draining
             if stop.now and "now" not in follower.sent:
                 follower.command("now")
-        if code != EXIT_STOPPED:
+        if code != OK:
             raise _exit_error(code)
         log.info("query finished: %s", "stopped" if stop.stopping else "drained")
-        return EXIT_STOPPED
+        return OK
 
     def cause(self, error: BaseException) -> BaseException:
         return sink_error_in(error)
@@ -131,8 +127,9 @@ def sink_error_in(error: BaseException) -> BaseException:
 
 
 def _exit_error(code: int) -> WalSinkError:
-    if code == EXIT_CONFIG:
+    """The error the follower's exit ``code`` stands for (exit_status.py)."""
+    if code == USAGE:
         return ConfigError("the follower stopped on a configuration error (above)")
-    if code == EXIT_TERMINAL:
+    if code == TERMINAL:
         return TerminalError("the follower stopped on the error above")
     return FollowerFailed(f"the follower exited with code {code}")

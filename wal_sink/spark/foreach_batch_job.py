@@ -13,12 +13,12 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from wal_sink.config import Config
 from wal_sink.errors import StopRequested
+from wal_sink.exit_status import OK
 from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.pipeline import Applied, describe
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.parse_errors import ParseFold, can_fold
 from wal_sink.spark.sink import WalSink, check_stream
-from wal_sink.spark.sink_path import EXIT_OK
 from wal_sink.spark.staging import Laps
 
 log = logging.getLogger("wal_sink.job")
@@ -149,9 +149,9 @@ class ForeachBatchPath:
                     "start applies them",
                     sink.pending,
                 )
-                return EXIT_OK
+                return OK
         log.info("query finished: %s", "stopped" if stop.stopping else "drained")
-        return EXIT_OK
+        return OK
 
     def cause(self, error: BaseException) -> BaseException:
         return self.runner.failure or self.sink.failure or error

@@ -6,8 +6,9 @@ committer thread behind it (foreach_batch_job.py) or ``format("wal_sink")`` with
 follower process (datasource_job.py). The path takes the lease, checks the
 checkpoint and applies unacked batches (recovery) before the query starts from its
 checkpoint. SIGTERM stops the query after the batch in progress and lets the path
-apply what is staged (stop.py). Exit codes: 0 done (drained, or stopped), 1 failed
-(the restart strategy gave up, or a terminal error), 2 configuration error.
+apply what is staged (stop.py). Exit codes (exit_status.py): 0 done (drained, or
+stopped), 1 failed (the restart strategy gave up, or a terminal error), 2
+configuration error.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from wal_sink.config import Config
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, TerminalError, first_line
+from wal_sink.exit_status import FAILED, OK, exit_code
 from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.recovery import check_checkpoint
 from wal_sink.protocol.stop_signal import StopSignal
@@ -28,7 +30,7 @@ from wal_sink.spark.checkpoint import last_planned_batch
 from wal_sink.spark.foreach_batch_job import ForeachBatchPath
 from wal_sink.spark.parse_errors import ParseErrorRunner
 from wal_sink.spark.restart import RestartPolicy
-from wal_sink.spark.sink_path import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, SinkPath
+from wal_sink.spark.sink_path import SinkPath
 from wal_sink.spark.source import (
     CORRUPT_COLUMN,
     corrupt_records,
@@ -192,19 +194,16 @@ def run_job(
                 if stop.stopping:
                     path.stop_between_batches(queries)
             return path.finish(stop)
-        except ConfigError as e:
+        except TerminalError as e:  # a configuration error included
             log.error("%s", e)
-            return EXIT_CONFIG
-        except TerminalError as e:
-            log.error("%s", e)
-            return EXIT_FAILED
+            return exit_code(e)
         except Exception as e:  # StreamingQueryException, TransientError, lost MySQL
             cause = path.cause(e)
             if stop.stopping and not isinstance(cause, TerminalError):
                 return path.finish(stop)
             if isinstance(cause, TerminalError):
                 log.error("%s", cause)
-                return EXIT_CONFIG if isinstance(cause, ConfigError) else EXIT_FAILED
+                return exit_code(cause)
             reason = first_line(cause)
             if not policy.allow_restart():
                 log.error(
@@ -212,13 +211,13 @@ def run_job(
                     reason,
                     config.job.restart.strategy,
                 )
-                return EXIT_FAILED
+                return FAILED
             metrics.restarts.inc()
             log.warning(
                 "query failed: %s; %s in %.0fs", reason, policy.describe(), policy.delay
             )
             if stop.wait(policy.delay):  # SIGTERM while waiting to restart
-                return EXIT_OK
+                return OK
         finally:
             for query in queries:
                 if query.isActive:

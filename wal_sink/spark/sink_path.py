@@ -1,5 +1,5 @@
-"""What the job's supervisor (job.py) asks of the way an attempt stages and applies,
-and the job's exit codes."""
+"""What the job's supervisor (job.py) asks of the way an attempt stages and
+applies."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from wal_sink.protocol.stop_signal import StopSignal
-
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 
 class SinkPath(Protocol):
