@@ -27,7 +27,7 @@ from wal_sink.protocol.batch_rows import RowApplier
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.parts import SinkParts
 from wal_sink.protocol.pipeline import Applied, Pipeline
-from wal_sink.protocol.quarantine_entries import quarantine_counts
+from wal_sink.protocol.quarantine_counts import quarantine_counts
 from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
 from wal_sink.protocol.stop_signal import StopSignal
