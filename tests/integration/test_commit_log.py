@@ -21,7 +21,7 @@ from tests.conftest import JOB, write_config
 from tests.integration.test_invariants import SCHEMA, run_stream, write_landing
 from wal_sink import CheckpointResetError, WalSink
 from wal_sink.config import load_config
-from wal_sink.protocol.purge import execute_purge, plan_purge
+from wal_sink.ops.purge import execute_purge, plan_purge
 
 BATCHES = [[("a", "1.00", 1)], [("b", "2.00", 2)], [("c", "3.00", 3)]]
 

@@ -14,7 +14,7 @@ from pyspark.errors import StreamingQueryException
 
 from tests.conftest import settle
 from wal_sink import CheckpointResetError, FencedError, WalSink
-from wal_sink.protocol.purge import execute_purge, plan_purge
+from wal_sink.ops.purge import execute_purge, plan_purge
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter
 

@@ -106,7 +106,7 @@ def status(
 
     Example: wal-sink -c conf/local.toml status --watch --interval 5
     """
-    from wal_sink.protocol.status import collect_status
+    from wal_sink.ops.status import collect_status
 
     if interval is not None and not watch:
         raise click.UsageError("--interval goes with --watch")
@@ -138,8 +138,8 @@ def recover(ctx: click.Context) -> None:
 
     Example: wal-sink -c conf/local.toml recover
     """
+    from wal_sink.ops.spark_commit_log import committed_before_start
     from wal_sink.protocol.recovery import check_commit_log
-    from wal_sink.protocol.spark_commit_log import committed_before_start
 
     with _instance(ctx) as sink:
         committed = committed_before_start(sink.config)
@@ -181,7 +181,7 @@ def replay(
 
     Example: wal-sink -c conf/local.toml replay --from 10 --to 12 --force --dry-run
     """
-    from wal_sink.protocol.replay import plan_replay, run_replay
+    from wal_sink.ops.replay import plan_replay, run_replay
 
     if first > last:
         raise click.UsageError(f"--from {first} is after --to {last}")
@@ -344,13 +344,13 @@ def purge(
 
     Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
     """
-    from wal_sink.protocol.purge import (
+    from wal_sink.ops.purge import (
         PurgePlan,
         check_retention,
         expire_tombstones,
         plan_purge,
     )
-    from wal_sink.protocol.quarantine_purge import (
+    from wal_sink.ops.quarantine_purge import (
         execute_quarantine_purge,
         plan_quarantine_purge,
     )
@@ -414,7 +414,7 @@ def purge(
             out.print(f"dropped {dropped} retry row(s) of removed entries")
         if not sink.wal.exists() or (dry_run and not do_vacuum):
             return
-        from wal_sink.protocol.purge import execute_purge
+        from wal_sink.ops.purge import execute_purge
         from wal_sink.wal.maintenance import vacuum
 
         if not dry_run and plan.remove:
@@ -488,7 +488,7 @@ def quarantine_batch(ctx: click.Context, batch_id: int, yes: bool) -> None:
 
     Example: wal-sink -c conf/local.toml quarantine-batch 42
     """
-    from wal_sink.protocol.quarantine_batch import plan_set_aside, set_aside_batch
+    from wal_sink.ops.quarantine_batch import plan_set_aside, set_aside_batch
 
     with _instance(ctx) as sink:
         plan = plan_set_aside(sink, batch_id)

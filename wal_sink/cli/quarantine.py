@@ -63,7 +63,7 @@ def list_command(
 
     Example: wal-sink -c conf/local.toml quarantine list --batch 42 --json
     """
-    from wal_sink.protocol.quarantine_entries import list_entries
+    from wal_sink.ops.quarantine_entries import list_entries
 
     with open_sink(ctx) as sink:
         listed = list_entries(
@@ -103,8 +103,8 @@ def retry(
 
     Example: wal-sink -c conf/local.toml quarantine retry --reason 1452 --dry-run
     """
-    from wal_sink.protocol.quarantine_entries import WHY_NOT
-    from wal_sink.protocol.quarantine_retry import plan_retry, run_retry
+    from wal_sink.ops.quarantine_entries import WHY_NOT
+    from wal_sink.ops.quarantine_retry import plan_retry, run_retry
 
     with open_sink(ctx) as sink:
         plan = plan_retry(sink, batch_id=batch_id, reason=reason)
@@ -170,7 +170,7 @@ def export(
 
     Example: wal-sink -c conf/local.toml quarantine export --to bad.jsonl
     """
-    from wal_sink.protocol.quarantine_entries import RAW_TEXT, list_entries
+    from wal_sink.ops.quarantine_entries import RAW_TEXT, list_entries
 
     if path != "-" and os.path.exists(path):
         fail(f"{path} exists: give another --to, or remove it", USAGE)

@@ -25,7 +25,7 @@ from wal_sink.config import WalConfig
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.tombstones import Tombstones
-from wal_sink.protocol.quarantine_entries import ROW, list_entries
+from wal_sink.ops.quarantine_entries import ROW, list_entries
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.maintenance import delete_batches
 

@@ -46,7 +46,7 @@ from wal_sink.mysql.preflight import preflight
 from wal_sink.mysql.retry_state import FAILED, RETRIED, RetryState
 from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
-from wal_sink.protocol.quarantine_entries import ROW, list_entries
+from wal_sink.ops.quarantine_entries import ROW, list_entries
 from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.quarantine import StoredEntry
