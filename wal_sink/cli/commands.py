@@ -18,16 +18,15 @@ from wal_sink.cli.base import err, out
 from wal_sink.cli.base import fail as _fail
 from wal_sink.cli.base import one_line_errors as _one_line_errors
 from wal_sink.cli.base import open_sink as _instance
+from wal_sink.cli.purge import purge as purge_command
 from wal_sink.cli.quarantine import quarantine as quarantine_group
 from wal_sink.cli.render import (
     applied_counts,
     ids,
     quarantine_table,
     rows_table,
-    size,
     status_table,
 )
-from wal_sink.durations import parse_duration
 from wal_sink.exit_status import FAILED, exit_now
 
 
@@ -298,141 +297,6 @@ def on_signal(follower) -> None:
 
 
 @main.command()
-@click.option("--before", type=click.IntRange(min=0), help="Batches with id < N.")
-@click.option(
-    "--older-than", "older_than", help="Batches acked longer ago, e.g. '7 days'."
-)
-@click.option(
-    "--dry-run", is_flag=True, help="Say what would be removed; change nothing."
-)
-@click.option(
-    "--vacuum",
-    "do_vacuum",
-    is_flag=True,
-    help="Also delete unreferenced files (purged batches, crash leftovers).",
-)
-@click.option(
-    "--quarantine-older-than",
-    "quarantine_older_than",
-    help="Also remove quarantine entries set aside longer ago, open ones included, "
-    "e.g. '30 days'. Without it only retried entries of the purged batches go.",
-)
-@click.option(
-    "--retain",
-    default="1 hour",
-    show_default=True,
-    help="--vacuum keeps unreferenced files younger than this (in whole hours, "
-    "rounded up); at least wal.min_vacuum_retention (default 1 hour), and above "
-    "your slowest stage while a job runs.",
-)
-@click.pass_context
-@_one_line_errors
-def purge(
-    ctx: click.Context,
-    before: int | None,
-    older_than: str | None,
-    dry_run: bool,
-    do_vacuum: bool,
-    retain: str,
-    quarantine_older_than: str | None,
-) -> None:
-    """Remove acked batches from the WAL; batches without an ack are never removed.
-
-    Retried quarantine entries of those batches go too; open ones only with
-    --quarantine-older-than. With [cdc] and a version column, also tombstones
-    older than cdc.tombstone_retention.
-
-    Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
-    """
-    from wal_sink.ops.purge import (
-        PurgePlan,
-        check_retention,
-        expire_tombstones,
-        plan_purge,
-    )
-    from wal_sink.ops.quarantine_purge import (
-        execute_quarantine_purge,
-        plan_quarantine_purge,
-    )
-
-    if (before is not None and older_than is not None) or (
-        before is None and older_than is None and quarantine_older_than is None
-    ):
-        raise click.UsageError(
-            "give one of --before N or --older-than DURATION, and/or "
-            "--quarantine-older-than DURATION"
-        )
-    try:
-        age = parse_duration(older_than) if older_than is not None else None
-        retain_seconds = parse_duration(retain)
-        quarantine_age = (
-            parse_duration(quarantine_older_than)
-            if quarantine_older_than is not None
-            else None
-        )
-    except ValueError as e:
-        raise click.UsageError(str(e)) from None
-    with _instance(ctx) as sink:
-        if do_vacuum:  # before any purge work
-            check_retention(sink.config.wal, retain, retain_seconds)
-        if not dry_run:  # purge commits to the WAL beside a running job
-            sink.claim_tables()
-        verb = "would remove" if dry_run else "removing"
-        if before is None and age is None:
-            plan = PurgePlan((), (), 0, 0)
-        else:
-            plan = plan_purge(sink, before=before, older_than=age)
-            out.print(
-                f"{verb} {len(plan.remove)} acked batch(es), {plan.rows} rows, "
-                f"{size(plan.bytes)}" + (f": {ids(plan.remove)}" if plan.remove else "")
-            )
-        if plan.kept_unacked:
-            out.print(
-                f"keeping unacked batch(es) {ids(plan.kept_unacked)}: "
-                "run `wal-sink recover` to apply them"
-            )
-        expired = expire_tombstones(sink, dry_run)
-        if expired is not None:
-            out.print(
-                f"{'would remove' if dry_run else 'removed'} {expired} tombstone(s) "
-                f"older than {sink.config.cdc.tombstone_retention}"
-            )
-        entries = plan_quarantine_purge(sink, plan.remove, quarantine_age)
-        if entries.entries or quarantine_age is not None:
-            out.print(
-                f"{verb} {entries.entries} quarantine entr(ies): "
-                f"{len(entries.retried)} retried of the purged batches"
-                + (
-                    f", {entries.older} set aside before {quarantine_older_than} ago "
-                    f"({entries.older_open} of them open)"
-                    if quarantine_age is not None
-                    else ""
-                )
-            )
-        if not dry_run and entries.entries:
-            dropped = execute_quarantine_purge(sink, entries)
-            out.print(f"dropped {dropped} retry row(s) of removed entries")
-        if not sink.wal.exists() or (dry_run and not do_vacuum):
-            return
-        from wal_sink.ops.purge import execute_purge
-        from wal_sink.wal.maintenance import vacuum
-
-        if not dry_run and plan.remove:
-            forgotten = execute_purge(sink, plan)
-            out.print(f"dropped {forgotten} ack row(s) of purged batches")
-        if do_vacuum:
-            result = vacuum(
-                sink.wal.path,
-                sink.wal.storage,
-                retain_seconds,
-                sink_id=sink.sink_id,
-                dry_run=dry_run,
-            )
-            verb = "vacuum would free" if dry_run else "vacuum freed"
-            out.print(f"{verb} {size(result.bytes)} in {result.files} file(s)")
-
-
-@main.command()
 @click.argument("batch_id", type=click.IntRange(min=0), required=False)
 @click.option(
     "--limit",
@@ -519,6 +383,7 @@ def config_schema_command() -> None:
     click.echo(json.dumps(config_schema(), indent=2, sort_keys=True))
 
 
+main.add_command(purge_command)
 main.add_command(quarantine_group)
 
 
