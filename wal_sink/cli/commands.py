@@ -137,15 +137,10 @@ def recover(ctx: click.Context) -> None:
 
     Example: wal-sink -c conf/local.toml recover
     """
-    from wal_sink.ops.spark_commit_log import committed_before_start
-    from wal_sink.protocol.recovery import check_commit_log
+    from wal_sink.ops.recover import recover_sink
 
     with _instance(ctx) as sink:
-        committed = committed_before_start(sink.config)
-        sink.start()
-        if committed is not None:
-            check_commit_log(sink.sink_id, *committed, sink.known)
-        results = sink.recover()
+        results = recover_sink(sink)
     if not results:
         out.print("nothing to recover: every staged batch has an ack")
     for r in results:
