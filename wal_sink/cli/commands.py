@@ -18,6 +18,7 @@ from wal_sink.cli.base import err, out
 from wal_sink.cli.base import fail as _fail
 from wal_sink.cli.base import one_line_errors as _one_line_errors
 from wal_sink.cli.base import open_sink as _instance
+from wal_sink.cli.follow import follow as follow_command
 from wal_sink.cli.purge import purge as purge_command
 from wal_sink.cli.quarantine import quarantine as quarantine_group
 from wal_sink.cli.render import (
@@ -233,65 +234,6 @@ def replay(
 
 
 @main.command()
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(1, 65535),
-    help="Serve Prometheus metrics on this port (default: job.metrics_port).",
-)
-@click.pass_context
-@_one_line_errors
-def follow(ctx: click.Context, metrics_port: int | None) -> None:
-    """Apply staged batches to MySQL as they appear in the WAL, until SIGTERM.
-
-    The MySQL side of format("wal_sink"): recovers unacked batches first, then
-    applies each new one in batch order with its ack row. Takes the lease: a
-    running job or follower of this sink is fenced and stops. SIGTERM (or Ctrl-C)
-    applies what is staged, for up to job.stop_timeout, and exits 0; a second one
-    exits at once, leaving the rest staged.
-
-    Example: wal-sink -c conf/local.toml follow
-    """
-    from wal_sink.errors import RetryStopped
-    from wal_sink.protocol.follower import Follower
-
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
-    logging.getLogger("wal_sink").setLevel(logging.INFO)
-    with _instance(ctx) as sink:
-        follower = Follower(sink)
-        on_signal(follower)
-        job = sink.config.job
-        port = metrics_port or (job.metrics_port if job else None)
-        if port is not None:
-            host = job.metrics_host if job else "0.0.0.0"
-            sink.metrics.serve(port, host)
-            logging.getLogger("wal_sink.follow").info(
-                "metrics at http://%s:%d/metrics", host, port
-            )
-        try:
-            follower.run()
-        except RetryStopped as e:  # a second signal while MySQL was unreachable
-            logging.getLogger("wal_sink.follow").warning("%s", e)
-
-
-def on_signal(follower) -> None:
-    """SIGTERM or SIGINT: stop after applying what is staged; a second: at once."""
-    import signal
-
-    def handle(signum: int, frame: object) -> None:
-        if follower.stopping:
-            follower.stop_now()
-        else:
-            follower.stop()
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
-
-
-@main.command()
 @click.argument("batch_id", type=click.IntRange(min=0), required=False)
 @click.option(
     "--limit",
@@ -378,6 +320,7 @@ def config_schema_command() -> None:
     click.echo(json.dumps(config_schema(), indent=2, sort_keys=True))
 
 
+main.add_command(follow_command)
 main.add_command(purge_command)
 main.add_command(quarantine_group)
 

@@ -47,6 +47,7 @@ from wal_sink.protocol.pipeline import (
 )
 from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.protocol.stop_signal import drain_within
 from wal_sink.storage import is_s3
 from wal_sink.wal.applied_position import AppliedPosition
 from wal_sink.wal.log_tail import LogTail, LogVersion
@@ -58,7 +59,6 @@ OBJECT_STORE_POLL = 0.5
 """Seconds between two polls of the WAL's log."""
 HEARTBEAT = 30.0
 """Seconds between two checks of the lease (and publications of the position)."""
-DRAIN_STEP = 0.25
 STOP_TIMEOUT = 30.0
 """On stop, how long the committer may apply what is staged, without [job] (whose
 stop_timeout says it otherwise)."""
@@ -267,16 +267,10 @@ class Follower:
         return pending
 
     def _drain(self, pipeline: Pipeline) -> int:
-        started = self.clock()
-        while True:
-            pipeline.check()
-            timeout = self.stop_timeout
-            if pipeline.pending and (
-                self.stop_signal.now
-                or (timeout is not None and self.clock() - started > timeout)
-            ):
-                return self._left(pipeline.pending)
-            if pipeline.drain(DRAIN_STEP):
-                break
+        left = drain_within(
+            pipeline, self.stop_signal, lambda: self.stop_timeout, clock=self.clock
+        )
+        if left:
+            return self._left(left)
         log.info("sink %s: stopped; every staged batch is applied", self.sink_id)
         return 0

@@ -28,7 +28,7 @@ from wal_sink.config import Config
 from wal_sink.errors import ConfigError, FollowerFailed, TerminalError, WalSinkError
 from wal_sink.exit_status import OK, TERMINAL, USAGE
 from wal_sink.protocol.sink_instance import SinkInstance
-from wal_sink.protocol.stop_signal import StopSignal
+from wal_sink.protocol.stop_signal import StopSignal, drain_within
 from wal_sink.spark.datasource import NAME
 from wal_sink.spark.follower_child import FollowerChild
 from wal_sink.spark.sink import check_stream
@@ -37,6 +37,8 @@ log = logging.getLogger("wal_sink.job")
 
 SINK_ERROR = re.compile(r"wal_sink\.errors\.(\w+): (.+)")
 CLOSE_SECONDS = 30.0
+TRIGGER_POLL = 0.05
+"""How often a stop looks whether the trigger in progress has ended."""
 
 
 class DataSourcePath:
@@ -70,11 +72,12 @@ class DataSourcePath:
         until a second SIGTERM), then stop the queries: stopping one mid-batch
         interrupts Spark's tasks and Python workers, and the batch is run again at
         the next start (nothing is lost, but work is)."""
-        deadline = time.monotonic() + self.config.job.stop_timeout
-        while any(q.isActive and q.status["isTriggerActive"] for q in queries):
-            if self.stop.now or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        drain_within(
+            TriggersInProgress(queries),
+            self.stop,
+            lambda: self.config.job.stop_timeout,
+            step=TRIGGER_POLL,
+        )
         for query in queries:
             query.stop()
 
@@ -111,6 +114,29 @@ class DataSourcePath:
                 time.monotonic() - started,
             )
             follower.kill()
+
+
+class TriggersInProgress:
+    """The queries' triggers in progress, as ``drain_within`` waits for them."""
+
+    def __init__(self, queries: list[StreamingQuery]) -> None:
+        self.queries = queries
+
+    @property
+    def pending(self) -> int:
+        return sum(q.isActive and q.status["isTriggerActive"] for q in self.queries)
+
+    def check(self) -> None:
+        pass
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Poll until no trigger is in progress, for up to ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.pending:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(TRIGGER_POLL)
+        return True
 
 
 def sink_error_in(error: BaseException) -> BaseException:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -16,7 +15,7 @@ from wal_sink.errors import StopRequested
 from wal_sink.exit_status import OK
 from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.pipeline import Applied, describe
-from wal_sink.protocol.stop_signal import StopSignal
+from wal_sink.protocol.stop_signal import StopSignal, drain_within
 from wal_sink.spark.parse_errors import ParseFold, can_fold
 from wal_sink.spark.sink import WalSink, check_stream
 from wal_sink.spark.staging import Laps
@@ -138,18 +137,18 @@ class ForeachBatchPath:
         """Let the committer apply what is staged — all of it when draining, for up
         to ``job.stop_timeout`` on SIGTERM, nothing more after a second SIGTERM —
         then say how it ended."""
-        sink = self.sink
-        started = time.monotonic()
-        while not sink.drain(0.25):
-            sink.check()
-            waited = time.monotonic() - started
-            if stop.now or (stop.stopping and waited > self.config.job.stop_timeout):
-                log.warning(
-                    "stopped with %d staged batch(es) not yet applied; the next "
-                    "start applies them",
-                    sink.pending,
-                )
-                return OK
+        left = drain_within(
+            self.sink,
+            stop,
+            lambda: self.config.job.stop_timeout if stop.stopping else None,
+        )
+        if left:
+            log.warning(
+                "stopped with %d staged batch(es) not yet applied; the next start "
+                "applies them",
+                left,
+            )
+            return OK
         log.info("query finished: %s", "stopped" if stop.stopping else "drained")
         return OK
 
