@@ -27,10 +27,10 @@ from wal_sink import errors
 from wal_sink.config import Config
 from wal_sink.errors import ConfigError, FollowerFailed, TerminalError, WalSinkError
 from wal_sink.exit_status import OK, TERMINAL, USAGE
+from wal_sink.job.follower_child import FollowerChild
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.protocol.stop_signal import StopSignal, drain_within
 from wal_sink.spark.datasource import NAME
-from wal_sink.spark.follower_child import FollowerChild
 from wal_sink.spark.sink import check_stream
 
 log = logging.getLogger("wal_sink.job")

@@ -23,13 +23,13 @@ from wal_sink.config import Config
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError, TerminalError, first_line
 from wal_sink.exit_status import FAILED, OK, exit_code
+from wal_sink.job.restart import RestartPolicy
 from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.recovery import check_checkpoint
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.checkpoint import last_planned_batch
 from wal_sink.spark.foreach_batch_job import ForeachBatchPath
 from wal_sink.spark.parse_errors import ParseErrorRunner
-from wal_sink.spark.restart import RestartPolicy
 from wal_sink.spark.sink_path import SinkPath
 from wal_sink.spark.source import (
     CORRUPT_COLUMN,

@@ -2,7 +2,7 @@
 query stages through ``format("wal_sink")`` and this child applies the staged
 batches to MySQL behind it, as the foreachBatch path's committer thread does.
 
-The job starts it with ``python -m wal_sink.spark.follower_child CONFIG`` in its
+The job starts it with ``python -m wal_sink.job.follower_child CONFIG`` in its
 own process group, so a SIGKILL of the group takes it down with the job, and drives
 it through its stdin, one word a line: ``stop`` (the job got SIGTERM: apply what is
 staged for up to ``job.stop_timeout``, then exit), ``drain`` (``--available-now``:
