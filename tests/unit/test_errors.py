@@ -1,7 +1,7 @@
 """Every error class lives in errors.py, so an error the data source raised in a
 Spark task comes back to the job as itself: the job finds its class by name in the
-query's failure (datasource_job.sink_error_in) and decides on it (terminal errors
-stop the job, others go through the restart strategy)."""
+query's failure (sink_error_in, job/follower_path.py) and decides on it (terminal
+errors stop the job, others go through the restart strategy)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import wal_sink
 from wal_sink import errors
 from wal_sink.errors import WalSinkError
-from wal_sink.spark.datasource_job import sink_error_in
+from wal_sink.job.follower_path import sink_error_in
 
 
 def every_module() -> None:
