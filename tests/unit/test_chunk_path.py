@@ -1,18 +1,21 @@
-"""Which way a chunk goes to MySQL, decided in one place, without MySQL: the
-statements are built from SQLAlchemy's rendering for the dialect alone."""
+"""Which way a chunk goes to MySQL, decided in one place, and the ladder down from
+a way that fails it, without MySQL: the statements are built from SQLAlchemy's
+rendering for the dialect alone, and the ways that fail are fakes."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
 from sqlalchemy import BigInteger, Column, Float, MetaData, String, Table
+from sqlalchemy.exc import DBAPIError
 
 from tests.unit.test_multi_row import connection
 from wal_sink.config import MysqlConfig
-from wal_sink.mysql.bulk_load import BulkLoader
+from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.upsert import build_upsert
-from wal_sink.protocol.chunk_path import ChunkPath, decide
+from wal_sink.protocol.chunk_path import AppliedRows, ChunkPath, ChunkPaths, decide
+from wal_sink.wal.quarantine import Entry
 
 TABLE = Table(
     "totals",
@@ -75,3 +78,102 @@ def test_a_decision_made_ahead_no_longer_holds_once_load_data_was_refused():
     assert ahead.holds(render=True, bulk_load=True)
     assert not ahead.holds(render=True, bulk_load=False)
     assert not ahead.holds(render=False, bulk_load=True)
+
+
+class Savepoints:
+    """A connection's savepoints, as the ladder opens, commits and rolls them back."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def begin_nested(self):
+        log = self.log
+
+        class Savepoint:
+            def commit(self) -> None:
+                log.append("commit")
+
+            def rollback(self) -> None:
+                log.append("rollback")
+
+        return Savepoint()
+
+
+class Ways:
+    """A schema's fast ways, failing as told: the loader with ``load_fails`` (an
+    exception), the multi-row statements with a row MySQL rejects (``rejects``)."""
+
+    def __init__(self, load_fails=None, rejects=False) -> None:
+        self.unsigned_adds = ()
+        self.tried: list[str] = []
+        outer = self
+
+        class Loader:
+            def apply(self, conn, chunk) -> int:
+                outer.tried.append("bulk load")
+                if load_fails is not None:
+                    raise load_fails
+                return chunk.num_rows
+
+        class Multi:
+            renders, render = MULTI.renders, MULTI.render
+
+            def apply(self, conn, chunk, statements) -> int:
+                outer.tried.append("multi-row")
+                if rejects:
+                    raise DBAPIError("INSERT", {}, Exception(1406, "Data too long"))
+                return chunk.num_rows
+
+        self.loader, self.multi = Loader(), Multi()
+
+
+def ladder(ways: Ways, ahead=None):
+    paths = ChunkPaths("unit", ("k",))
+    by_driver = AppliedRows(upserted=1, set_aside=[Entry({"k": "b"}, "too long")])
+
+    def driver() -> AppliedRows:
+        ways.tried.append("driver")
+        return by_driver
+
+    applied = paths.apply(Savepoints(), chunk(), ways, ahead, driver)
+    return paths, applied
+
+
+def test_apply_bulk_load_taken_applies_the_chunk_whole():
+    ways = Ways()
+    _, applied = ladder(ways)
+    assert ways.tried == ["bulk load"]
+    assert applied == AppliedRows(upserted=2)
+
+
+def test_apply_bulk_load_refused_falls_to_multi_row_for_good(caplog):
+    ways = Ways(load_fails=BulkLoadRefused("local_infile is off"))
+    paths, applied = ladder(ways)
+    assert ways.tried == ["bulk load", "multi-row"]
+    assert applied == AppliedRows(upserted=2)
+    assert not paths.bulk_load_allowed
+    assert "LOAD DATA LOCAL INFILE refused" in caplog.text
+
+
+def test_apply_bulk_load_warned_falls_to_multi_row_for_this_chunk_only():
+    ways = Ways(load_fails=BulkLoadWarned("1 warning"))
+    paths, applied = ladder(ways)
+    assert ways.tried == ["bulk load", "multi-row"]
+    assert paths.bulk_load_allowed
+
+
+def test_apply_row_rejected_by_multi_row_falls_to_the_driver():
+    ways = Ways(load_fails=BulkLoadWarned("1 warning"), rejects=True)
+    _, applied = ladder(ways)
+    assert ways.tried == ["bulk load", "multi-row", "driver"]
+    assert applied.upserted == 1 and applied.set_aside[0].reason == "too long"
+
+
+def test_apply_decision_ahead_on_bulk_load_is_made_again_once_refused():
+    ways = Ways()
+    paths = ChunkPaths("unit", ("k",))
+    ahead = paths.decide(chunk(), ways)
+    assert ahead.path is ChunkPath.BULK_LOAD
+    paths.bulk_load_allowed = False  # the server refused the chunk before
+    paths.apply(Savepoints(), chunk(), ways, ahead, lambda: AppliedRows())
+    assert ways.tried == ["multi-row"]
