@@ -52,11 +52,11 @@ def way(rows, multi=MULTI, loader=LOADER, render=True, bulk_load=True) -> ChunkP
         (chunk(), {}, ChunkPath.BULK_LOAD),
         (chunk(), {"bulk_load": False}, ChunkPath.MULTI_ROW),  # the server refused
         (chunk(), {"loader": None}, ChunkPath.MULTI_ROW),  # mysql.local_infile off
-        (chunk(), {"render": False}, ChunkPath.DRIVER),  # not read back exactly
-        (chunk(ks=("a", None)), {}, ChunkPath.DRIVER),  # a null key: set aside
-        (chunk(ratio=float("nan")), {"loader": None}, ChunkPath.DRIVER),
-        (chunk(ks=()), {"loader": None}, ChunkPath.DRIVER),  # nothing to render
-        (chunk(), {"multi": None, "loader": None}, ChunkPath.DRIVER),  # CDC
+        (chunk(), {"render": False}, ChunkPath.ROW_BY_ROW),  # not read back exactly
+        (chunk(ks=("a", None)), {}, ChunkPath.ROW_BY_ROW),  # a null key: set aside
+        (chunk(ratio=float("nan")), {"loader": None}, ChunkPath.ROW_BY_ROW),
+        (chunk(ks=()), {"loader": None}, ChunkPath.ROW_BY_ROW),  # nothing to render
+        (chunk(), {"multi": None, "loader": None}, ChunkPath.ROW_BY_ROW),  # CDC
     ],
 )
 def test_one_function_decides_the_way_of_a_chunk(rows, kwargs, expected):
@@ -129,13 +129,13 @@ class Ways:
 
 def ladder(ways: Ways, ahead=None):
     paths = ChunkPaths("unit", ("k",))
-    by_driver = AppliedRows(upserted=1, set_aside=[Entry({"k": "b"}, "too long")])
+    by_rows = AppliedRows(upserted=1, set_aside=[Entry({"k": "b"}, "too long")])
 
-    def driver() -> AppliedRows:
-        ways.tried.append("driver")
-        return by_driver
+    def row_by_row() -> AppliedRows:
+        ways.tried.append("row by row")
+        return by_rows
 
-    applied = paths.apply(Savepoints(), chunk(), ways, ahead, driver)
+    applied = paths.apply(Savepoints(), chunk(), ways, ahead, row_by_row)
     return paths, applied
 
 
@@ -162,10 +162,10 @@ def test_apply_bulk_load_warned_falls_to_multi_row_for_this_chunk_only():
     assert paths.bulk_load_allowed
 
 
-def test_apply_row_rejected_by_multi_row_falls_to_the_driver():
+def test_apply_row_rejected_by_multi_row_falls_to_row_by_row():
     ways = Ways(load_fails=BulkLoadWarned("1 warning"), rejects=True)
     _, applied = ladder(ways)
-    assert ways.tried == ["bulk load", "multi-row", "driver"]
+    assert ways.tried == ["bulk load", "multi-row", "row by row"]
     assert applied.upserted == 1 and applied.set_aside[0].reason == "too long"
 
 

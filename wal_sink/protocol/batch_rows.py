@@ -3,7 +3,7 @@ the commit, docs/protocol.md), in staged order and in bounded chunks.
 
 A chunk goes as multi-row INSERTs rendered in Arrow (or through LOAD DATA with
 ``mysql.local_infile``); one that cannot be rendered exactly, or that MySQL rejects,
-goes value by value through the driver (driver_rows.py). Rows MySQL cannot be sent
+goes row by row, value by value (row_by_row.py). Rows MySQL cannot be sent
 (screen.py), rows with a null key, NaN or infinity, and rows whose values MySQL
 rejects (isolated under savepoints by bisecting the chunk) are set aside for the
 quarantine; the rest of the batch is applied.
@@ -39,7 +39,7 @@ from wal_sink.mysql.unique_keys import AnotherRow
 from wal_sink.mysql.upsert import build_delete, build_update, build_upsert
 from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.chunk_path import AppliedRows, ChunkPaths, Decision
-from wal_sink.protocol.driver_rows import (
+from wal_sink.protocol.row_by_row import (
     drop_non_finite,
     drop_null_keys,
     isolating,
@@ -122,7 +122,7 @@ class RowApplier:
             bad.extend(screened.set_aside)
             found = self._statements(conn, chunk.schema, stream)
             applied = self.paths.apply(
-                conn, chunk, found, ahead, lambda: self._by_driver(conn, found, chunk)
+                conn, chunk, found, ahead, lambda: self._row_by_row(conn, found, chunk)
             )
             rows += applied.upserted
             deleted += applied.deleted
@@ -133,10 +133,10 @@ class RowApplier:
                 on_chunk(done, total)
         return AppliedRows(rows, deleted, skipped, bad)
 
-    def _by_driver(
+    def _row_by_row(
         self, conn: Connection, found: _Statements, chunk: pa.RecordBatch
     ) -> AppliedRows:
-        """The chunk value by value through the driver, the last way down."""
+        """The chunk row by row, value by value: the last way down."""
         rows = deleted = skipped = 0
         bad: list[Entry] = []
         for piece, stale, invalid in self._pieces(conn, found, chunk):
@@ -150,7 +150,7 @@ class RowApplier:
     def _pieces(
         self, conn: Connection, found: _Statements, chunk: pa.RecordBatch
     ) -> Iterator[tuple[list[dict[str, Any]], int, list[Entry]]]:
-        """The chunk's rows for the driver, with how many were dropped as stale and
+        """The chunk's rows as Python values, with how many were dropped as stale and
         the rows set aside doing so: whole, or with versioned CDC in pieces of one
         tombstone read each (each read once the piece before it is applied)."""
         values = python_rows(chunk)
@@ -168,7 +168,7 @@ class RowApplier:
         values: list[dict[str, Any]],
         bad: list[Entry],
     ) -> tuple[int, int]:
-        """Rows the driver renders, in order, in runs of upserts and deletes;
+        """Rows applied row by row, in order, in runs of upserts and deletes;
         returns (upserted, deleted)."""
         mysql, cdc = self.config.mysql, self.config.cdc
         rows = deleted = 0
@@ -302,7 +302,7 @@ class _Statements:
 
     schema: pa.Schema
     upsert: Insert
-    """Executed by the driver, value by value (the fallback and CDC path)."""
+    """Executed row by row, value by value (the fallback and CDC path)."""
     multi: MultiRowUpsert | None
     loader: BulkLoader | None
     delete: Delete | None

@@ -1,21 +1,21 @@
 """Which way one chunk of a batch goes to MySQL, and the ladder from one way down to
 the next, in one place. The ways, top down:
 
-- **bulk load**: LOAD DATA LOCAL INFILE into a staging table (``mysql.local_infile``),
+- **bulk load**: LOAD DATA LOCAL INFILE into a load table (``mysql.local_infile``),
   while the server has not refused it;
 - **multi-row**: INSERTs with the VALUES list rendered in Arrow;
-- **driver**: value by value through the driver, which sets aside null keys and
+- **row by row**: value by value (row_by_row.py), which sets aside null keys and
   isolates rows MySQL rejects. It takes what the others cannot: CDC chunks (their
   statements have neither of the others), a session that would not read rendered
   text exactly, a null key, a value without an exact text form (NaN, infinity), a
   negative amount for an ``add`` column that is UNSIGNED (the row it would insert
-  is out of range even where the sum is not: the driver updates such a row by key).
+  is out of range even where the sum is not: row by row updates such a row by key).
 
 ``decide`` picks a chunk's first way; batch_rows.py asks it on the prefetch thread,
 one chunk ahead. ``ChunkPaths.apply`` takes that way, deciding again when the
 decision made ahead no longer holds, and a chunk that the bulk load or the
 multi-row path fails with (LOAD DATA refused or warning, a row MySQL rejects) falls
-to the next way down; the driver takes every chunk.
+to the next way down; row by row takes every chunk.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 class ChunkPath(Enum):
     BULK_LOAD = "bulk load"
     MULTI_ROW = "multi-row"
-    DRIVER = "driver"
+    ROW_BY_ROW = "row by row"
 
 
 @dataclass(frozen=True)
@@ -84,13 +84,13 @@ def decide(
         or any(chunk.column(k).null_count for k in key)
         or any(negative(chunk.column(c)) for c in unsigned_adds)
     ):
-        path = ChunkPath.DRIVER
+        path = ChunkPath.ROW_BY_ROW
     elif loader is not None and bulk_load:
         path = ChunkPath.BULK_LOAD
     elif multi is not None and multi.renders(chunk):
         path = ChunkPath.MULTI_ROW
     else:
-        path = ChunkPath.DRIVER
+        path = ChunkPath.ROW_BY_ROW
     statements = multi.render(chunk) if path is ChunkPath.MULTI_ROW else None
     return Decision(path, render, bulk_load, statements)
 
@@ -114,7 +114,7 @@ class AppliedRows:
 
 
 class FastWays(Protocol):
-    """A schema's statements for the ways above the driver's (None where it has
+    """A schema's statements for the ways above row by row (None where it has
     none), and its UNSIGNED ``add`` columns."""
 
     multi: MultiRowUpsert | None
@@ -155,12 +155,12 @@ class ChunkPaths:
         chunk: pa.RecordBatch,
         ways: FastWays,
         ahead: Decision | None,
-        by_driver: Callable[[], AppliedRows],
+        row_by_row: Callable[[], AppliedRows],
     ) -> AppliedRows:
         """Apply ``chunk`` the way decided ``ahead`` (None: its schema's statements
         were not built yet), or decided again where that no longer holds (LOAD DATA
         refused since, on this thread); a way that fails it falls to the next down.
-        ``by_driver`` applies it the driver's way, which takes every chunk."""
+        ``row_by_row`` applies it the last way down, which takes every chunk."""
         decision = (
             ahead
             if ahead is not None and ahead.holds(self.render, self.bulk_load_allowed)
@@ -175,7 +175,7 @@ class ChunkPaths:
             applied = self._multi_row(conn, chunk, ways.multi, decision.statements)
             if applied is not None:
                 return AppliedRows(applied)
-        return by_driver()
+        return row_by_row()
 
     def _multi_row(
         self,
