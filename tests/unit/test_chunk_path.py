@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import BigInteger, Column, Float, MetaData, String, Table
 from sqlalchemy.exc import DBAPIError
 
-from tests.unit.test_multi_row import connection
+from tests.helpers import dialect_connection
 from wal_sink.config import MysqlConfig
 from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
 from wal_sink.mysql.multi_row import MultiRowUpsert
@@ -28,7 +28,9 @@ MYSQL = MysqlConfig(
     url="mysql+pymysql://u@h/d", table="totals", key=("k",), merge={"amount": "add"}
 )
 COLUMNS = ["k", "amount", "ratio"]
-MULTI = MultiRowUpsert(connection(), build_upsert(TABLE, COLUMNS, MYSQL), COLUMNS)
+MULTI = MultiRowUpsert(
+    dialect_connection(), build_upsert(TABLE, COLUMNS, MYSQL), COLUMNS
+)
 LOADER = BulkLoader(TABLE, COLUMNS, MYSQL, "unit")
 
 
