@@ -28,16 +28,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from sqlalchemy.exc import DBAPIError
-
 from wal_sink.errors import (
     CheckpointResetError,
     RetryStopped,
     TransientError,
-    first_line,
 )
-from wal_sink.mysql import lease
-from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.protocol.pipeline import (
     Applied,
     Handoff,
@@ -241,19 +236,9 @@ class Follower:
         """Check the lease (a fenced follower stops) and publish the position
         again (it may have been overwritten by one that was fenced). While MySQL
         is unreachable neither happens."""
-        try:
-            with self.instance.engine.connect() as conn:
-                lease.check(
-                    conn,
-                    self.instance.tables.lease,
-                    self.sink_id,
-                    self.instance.epoch,
-                    lock=False,
-                )
-        except DBAPIError as e:
-            if not is_transient(e):
-                raise mysql_error(e, sink_id=self.sink_id) from e
-            log.info("sink %s: lease not checked: %s", self.sink_id, first_line(e.orig))
+        unconfirmed = self.instance.check_lease()
+        if unconfirmed is not None:
+            log.info("sink %s: lease not checked: %s", self.sink_id, unconfirmed)
             return
         self._publish(again=True)
 
