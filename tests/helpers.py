@@ -38,8 +38,6 @@ from wal_sink.wal.writer import WalWriter
 
 # Sink configs.
 REPO = Path(__file__).resolve().parent.parent
-
-
 ADD_AMOUNT = 'merge = { amount = "add" }'
 JOB = 'trigger = "1 second"\nspark_conf = { "spark.sql.shuffle.partitions" = 2 }'
 """The [job] lines of a test job: a quick trigger, two shuffle partitions."""
