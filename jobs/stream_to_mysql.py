@@ -18,7 +18,7 @@ import sys
 
 from wal_sink.config import SPARK_LOG_LEVELS, load_config, spark_log_level
 from wal_sink.errors import ConfigError
-from wal_sink.exit_status import exit_now
+from wal_sink.exit_status import exit_code, exit_now
 
 
 def main(argv: list[str]) -> int:
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
         )
     except ConfigError as e:
         log.error("%s", e)
-        return 2
+        return exit_code(e)
 
 
 if __name__ == "__main__":

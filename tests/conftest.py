@@ -1,5 +1,6 @@
 """Shared fixtures: one private MariaDB and one SparkSession per test session, a fresh
-database per test module, and a factory for sink configs."""
+database per test module, and a factory for sink configs. Helpers that are not
+fixtures are in helpers.py."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import pymysql
 import pytest
 
 from devtools.mariadb import SINK_PASSWORD, MariaDB
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
 
 
 @pytest.fixture(autouse=True)
@@ -148,64 +148,3 @@ def make_config(db: Database, tmp_path: Path):
         return config_from_dict(raw, base_dir=tmp_path)
 
     return factory
-
-
-ADD_AMOUNT = 'merge = { amount = "add" }'
-JOB = 'trigger = "1 second"\nspark_conf = { "spark.sql.shuffle.partitions" = 2 }'
-"""The [job] lines of a test job: a quick trigger, two shuffle partitions."""
-
-
-def write_config(
-    path: Path,
-    db: Database,
-    *,
-    table: str,
-    sink_id: str | None = None,
-    wal_path: Path | str | None = None,
-    url: str | None = None,
-    source: str = "",
-    wal: str = "",
-    mysql: str = ADD_AMOUNT,
-    job: str | None = None,
-    sections: str = "",
-) -> Path:
-    """Factory: write a sink's TOML config to ``path`` (for the CLI and the jobs,
-    which read a file) and return ``path``.
-
-    The sink is ``sink_id`` (the file's stem by default), its WAL ``wal_path``
-    (``wal`` beside the file), its target ``table`` in ``db`` keyed on ``k``.
-    ``wal``, ``mysql`` and ``job`` are more lines of those sections; ``job=None``
-    writes no [job] section, otherwise its checkpoint is ``checkpoint`` beside the
-    file. ``source`` and ``sections`` are whole sections, before and after.
-    """
-    home = path.parent
-    job_section = (
-        "" if job is None else f'[job]\ncheckpoint = "{home / "checkpoint"}"\n{job}'
-    )
-    path.write_text(f"""
-[sink]
-id = "{sink_id or path.stem}"
-
-{source}
-
-[wal]
-path = "{wal_path or home / "wal"}"
-{wal}
-
-[mysql]
-url = "{url or db.url}"
-table = "{table}"
-key = ["k"]
-{mysql}
-
-{job_section}
-
-{sections}
-""")
-    return path
-
-
-def settle(sink) -> None:
-    """Wait until the sink's committer applied what is staged; raise its failure."""
-    sink.drain(300)
-    sink.check()

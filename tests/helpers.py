@@ -1,16 +1,307 @@
-"""Helpers shared by test modules (a test module never imports another one)."""
+"""Helpers shared by test modules (a test module never imports another one; the
+fixtures are conftest.py's): sink configs, the CLI, targets and their totals,
+landing files and streams, staging without a job, the spark-submit job and its
+kills, S3, the follower in a thread, and what the unit tests build without MySQL."""
 
 from __future__ import annotations
 
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
 import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
+import pytest
+from sqlalchemy.dialects.mysql import pymysql
 
-from wal_sink.config import Config
+from devtools.s3proxy import REGION
+from devtools.spark_job import JobProcess
+from wal_sink.config import Config, load_config
+from wal_sink.faults import ENV, InjectedFault
+from wal_sink.protocol.follower import Follower
+from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.driver_stage import write_file
+from wal_sink.spark.sink import WalSink
+from wal_sink.spark.staging import stage
+from wal_sink.storage import Storage
 from wal_sink.wal.format import BATCH_COLUMN, SEQ_COLUMN
 from wal_sink.wal.writer import WalWriter
+
+# Sink configs.
+REPO = Path(__file__).resolve().parent.parent
+ADD_AMOUNT = 'merge = { amount = "add" }'
+JOB = 'trigger = "1 second"\nspark_conf = { "spark.sql.shuffle.partitions" = 2 }'
+"""The [job] lines of a test job: a quick trigger, two shuffle partitions."""
+
+
+def write_config(
+    path: Path,
+    db,
+    *,
+    table: str,
+    sink_id: str | None = None,
+    wal_path: Path | str | None = None,
+    url: str | None = None,
+    source: str = "",
+    wal: str = "",
+    mysql: str = ADD_AMOUNT,
+    job: str | None = None,
+    sections: str = "",
+) -> Path:
+    """Factory: write a sink's TOML config to ``path`` (for the CLI and the jobs,
+    which read a file) and return ``path``.
+
+    The sink is ``sink_id`` (the file's stem by default), its WAL ``wal_path``
+    (``wal`` beside the file), its target ``table`` in ``db`` keyed on ``k``.
+    ``wal``, ``mysql`` and ``job`` are more lines of those sections; ``job=None``
+    writes no [job] section, otherwise its checkpoint is ``checkpoint`` beside the
+    file. ``source`` and ``sections`` are whole sections, before and after.
+    """
+    home = path.parent
+    job_section = (
+        "" if job is None else f'[job]\ncheckpoint = "{home / "checkpoint"}"\n{job}'
+    )
+    path.write_text(f"""
+[sink]
+id = "{sink_id or path.stem}"
+
+{source}
+
+[wal]
+path = "{wal_path or home / "wal"}"
+{wal}
+
+[mysql]
+url = "{url or db.url}"
+table = "{table}"
+key = ["k"]
+{mysql}
+
+{job_section}
+
+{sections}
+""")
+    return path
+
+
+def settle(sink) -> None:
+    """Wait until the sink's committer applied what is staged; raise its failure."""
+    sink.drain(300)
+    sink.check()
+
+
+# The CLI.
+WAL_SINK = str(Path(sys.executable).with_name("wal-sink"))
+
+
+def cli(config: Path, *args: str, input: str | None = None, env: dict | None = None):
+    return subprocess.run(
+        [WAL_SINK, "-c", str(config), *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        cwd=REPO,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def ops_config(path: Path, db, url: str | None = None) -> Path:
+    """Sink ``ops`` adding amounts into ops_totals, its WAL beside ``path``."""
+    return write_config(path, db, table="ops_totals", sink_id="ops", url=url)
+
+
+def ops_sink(db, tmp_path: Path, key_width: int = 16):
+    """A fresh ops_totals table and a started sink instance on it."""
+    for t in ("ops_totals", "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        f"CREATE TABLE ops_totals (k VARCHAR({key_width}) PRIMARY KEY, "
+        "amount DECIMAL(14,2)) ENGINE=InnoDB"
+    )
+    config_path = ops_config(tmp_path / "ops.toml", db)
+    instance = SinkInstance(load_config(config_path))
+    return config_path, instance, instance.start()
+
+
+def delta_log(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "wal" / "_delta_log").iterdir())
+
+
+# Targets, and the random amounts that go into them.
+SEED = int(os.environ.get("WAL_SINK_TEST_SEED", time.time()))
+rng = random.Random(SEED)
+
+
+def fresh_table(db, name: str) -> None:
+    for t in (name, "wal_sink_ack", "wal_sink_lease", "wal_sink_outbox"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        f"CREATE TABLE {name} (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(16,2)) "
+        "ENGINE=InnoDB"
+    )
+
+
+def totals(db, table: str = "ops_totals") -> dict[str, Decimal]:
+    """The target's amounts by key (ops_totals: the CLI tests' sink)."""
+    return dict(db.rows(f"SELECT k, amount FROM {table}"))
+
+
+LABELLED_KEYS = [f"k{i}" for i in range(6)]
+
+
+def labelled_table(db, name: str) -> None:
+    fresh_table(db, name)
+    db.execute(f"ALTER TABLE {name} ADD COLUMN label VARCHAR(8)")
+    db.execute(
+        f"INSERT INTO {name} (k, amount) VALUES "
+        + ",".join(f"('{k}', 0)" for k in LABELLED_KEYS)
+    )
+
+
+# Landing files, and the streams and jobs that read them.
+LANDING_SCHEMA = "k STRING, amount DECIMAL(12,2), seq BIGINT"
+
+
+def write_landing(
+    landing: Path, batches: list[list[tuple[str, str, int]]]
+) -> dict[str, Decimal]:
+    """One JSON file per batch; returns the expected totals."""
+    landing.mkdir(parents=True, exist_ok=True)
+    expected: dict[str, Decimal] = {}
+    for i, rows in enumerate(batches):
+        lines = [json.dumps({"k": k, "amount": a, "seq": s}) for k, a, s in rows]
+        path = landing / f"part-{i:04d}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # Spark orders by mtime
+        for k, a, _ in rows:
+            expected[k] = expected.get(k, Decimal(0)) + Decimal(a)
+    return expected
+
+
+def run_stream(spark, sink: WalSink, landing: Path, checkpoint: Path) -> None:
+    query = (
+        spark.readStream.schema(LANDING_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(landing))
+        .writeStream.foreachBatch(sink.foreach_batch)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    settle(sink)
+
+
+def landing_config(
+    db, tmp_path: Path, name: str, extra: str = "", job: str = JOB
+) -> Path:
+    landing = tmp_path / "landing"
+    landing.mkdir(exist_ok=True)
+    for i in range(3):
+        (landing / f"f{i}.json").write_text(
+            json.dumps({"k": "a", "amount": "1.00"}) + "\n"
+        )
+        os.utime(landing / f"f{i}.json", (1_700_000_000 + i,) * 2)
+    return write_config(
+        tmp_path / f"{name}.toml",
+        db,
+        source=f"""
+[source]
+format = "json"
+path = "{landing}"
+schema = "k STRING, amount DECIMAL(12,2)"
+options = {{ maxFilesPerTrigger = 1 }}""",
+        table=name,
+        job=f"{job}\n{extra}",
+    )
+
+
+def arrive(landing: Path, expected: dict[str, Decimal], files: int, pause: float):
+    """Write ``files`` JSON files of random amounts into ``landing``, each appearing
+    whole (as sources should), and add them up in ``expected``."""
+    for i in range(files):
+        rows = [
+            (f"k{rng.randrange(8)}", Decimal(rng.randrange(1, 10_000)) / 100)
+            for _ in range(rng.randrange(1, 30))
+        ]
+        tmp = landing / f".f{i:03d}.tmp"
+        tmp.write_text(
+            "".join(json.dumps({"k": k, "amount": str(a)}) + "\n" for k, a in rows)
+        )
+        tmp.rename(landing / f"f{i:03d}.json")
+        for k, a in rows:
+            expected[k] = expected.get(k, Decimal(0)) + a
+        time.sleep(pause)
+
+
+def landing_files(landing: Path, count: int, first: int = 0) -> dict[str, Decimal]:
+    """``count`` JSON files, one micro-batch each, every one touching k0; returns the
+    totals they add up to."""
+    landing.mkdir(exist_ok=True)
+    # the table starts with every key at 0
+    expected = {k: Decimal(0) for k in LABELLED_KEYS}
+    for i in range(first, first + count):
+        rows = [("k0", Decimal(rng.randrange(1, 999)) / 100)] + [
+            (rng.choice(LABELLED_KEYS), Decimal(rng.randrange(1, 999)) / 100)
+            for _ in range(4)
+        ]
+        lines = [
+            json.dumps({"k": k, "amount": str(a), "label": f"f{i:04d}"})
+            for k, a in rows
+        ]
+        tmp = landing / f".f{i:04d}.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        os.utime(tmp, (1_700_000_000 + i,) * 2)  # Spark takes files in mtime order
+        tmp.rename(landing / f"f{i:04d}.json")
+        for k, a in rows:
+            expected[k] = expected.get(k, Decimal(0)) + a
+    return expected
+
+
+def config_for(db, tmp_path: Path, table: str, *, wal: str = "", extra: str = ""):
+    """A JSON-files job with a half-second trigger."""
+    return write_config(
+        tmp_path / f"{table}.toml",
+        db,
+        source=f"""
+[source]
+format = "json"
+path = "{tmp_path / "landing"}"
+schema = "k STRING, amount DECIMAL(12,2), label STRING"
+options = {{ maxFilesPerTrigger = 1 }}""",
+        table=table,
+        wal=wal,
+        job=JOB.replace('"1 second"', '"0.5 seconds"') + "\n" + extra,
+    )
+
+
+# Staging without a job.
+AMOUNT_NOTE_SCHEMA = "k STRING, amount DECIMAL(12,2), note STRING"
+
+
+def staged(spark, config, rows, batch_id=0, partitions=1):
+    instance = SinkInstance(config)
+    committer = instance.start()
+    stage(
+        spark.createDataFrame(rows, AMOUNT_NOTE_SCHEMA).coalesce(partitions),
+        WalWriter(config.wal_path, config.sink.id),
+        batch_id,
+    )
+    return instance, committer
+
+
+def amounts(n, start=0):
+    return [(f"k{i}", Decimal(i + 1), "ok") for i in range(start, start + n)]
 
 
 def stage_rows(
@@ -26,3 +317,155 @@ def stage_rows(
     attempt = f"{BATCH_COLUMN}={batch_id}/{uuid.uuid4().hex}"
     written = write_file(writer, attempt, table, batch_id)
     return writer.commit(batch_id, [written], table.schema)
+
+
+def files_under(path: Path) -> set[Path]:
+    return {p for p in path.rglob("*") if p.is_file()}
+
+
+def crashed_attempt(spark, writer, batch_id, monkeypatch, wal: Path) -> set[Path]:
+    """Stage ``batch_id`` until its files are written, then fail before the Delta
+    commit, as a crash there would; returns the files the attempt left."""
+    before = files_under(wal)
+    monkeypatch.setenv(ENV, f"stage.before_commit:{batch_id}:raise")
+    df = spark.createDataFrame([(f"lost{i}", i) for i in range(6)], "k STRING, n INT")
+    with pytest.raises(InjectedFault):
+        stage(df.repartition(2), writer, batch_id)
+    monkeypatch.delenv(ENV)
+    left = files_under(wal) - before
+    assert any(p.name.startswith("part-") for p in left)
+    return left
+
+
+# The spark-submit job, and the writer the crash tests kill.
+def survive_kills_then_drain(
+    config: Path, log: Path, feed: Callable[[], None], rounds: int = 2
+) -> None:
+    """While ``feed`` sends data, run the streaming job and SIGKILL it at a random
+    moment, ``rounds`` times; then drain with --available-now."""
+    feeding = threading.Thread(target=feed)
+    feeding.start()
+    for _ in range(rounds):
+        job = JobProcess(config, log)
+        time.sleep(rng.uniform(12, 22))
+        assert job.proc.poll() is None, job.tail()
+        job.kill()
+    feeding.join()
+    drain = JobProcess(config, log, "--available-now")
+    assert drain.wait() == 0, drain.tail()
+
+
+def quarantined_raw(tmp_path: Path, sink_id: str) -> list[str]:
+    from wal_sink.wal.quarantine import Quarantine
+
+    entries = Quarantine(str(tmp_path / "wal_quarantine"), sink_id).read(10_000)
+    return [json.loads(e["record"])["raw"] for e in entries]
+
+
+CRASH_BATCHES = [
+    [(f"k{i % 7}", f"{i}.25", i) for i in range(0, 40)],
+    [(f"k{i % 5}", f"{i}.50", i) for i in range(40, 90)],
+    [(f"k{i % 9}", "1.00", i) for i in range(90, 120)],
+]
+
+
+WRITER = REPO / "tests" / "integration" / "writer_app.py"
+
+
+def run_writer(config: Path, landing: Path, fault: str | None, log: Path) -> int:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("WAL_SINK_FAULT", None)
+    if fault:
+        env["WAL_SINK_FAULT"] = fault
+    with open(log, "ab") as out:
+        proc = subprocess.run(
+            [sys.executable, str(WRITER), str(config), str(landing)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            timeout=600,
+        )
+    return proc.returncode
+
+
+# S3 (the server is the s3 fixture, tests/integration/conftest.py).
+def s3_storage(s3) -> Storage:
+    """What the configs' [storage] section says, for checks made from the test."""
+    return Storage(endpoint=s3.endpoint, region=REGION, path_style=True)
+
+
+def s3_config(path: Path, db, s3, wal: str, *, table: str, source: str = "") -> Path:
+    """A sink config whose WAL (and so its quarantine) is ``wal`` on the server."""
+    return write_config(
+        path,
+        db,
+        table=table,
+        wal_path=wal,
+        source=source,
+        wal='min_vacuum_retention = "0s"  # the tests vacuum files a moment old',
+        job=JOB,
+        sections=s3.storage_toml(),
+    )
+
+
+# The follower, and a WAL written by wal_sink 0.1.
+class FollowerThread:
+    """``wal-sink follow``'s loop in a thread of the test."""
+
+    def __init__(self, config_path: Path) -> None:
+        self.follower = Follower(SinkInstance(load_config(config_path)))
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.follower.run()
+        except BaseException as e:
+            self.failure = e
+
+    def drain(self) -> None:
+        self.follower.stop(drain=True)
+        self.thread.join(120)
+        assert not self.thread.is_alive()
+        if self.failure:
+            raise self.failure
+        self.follower.instance.close()
+
+
+LEGACY_WAL = REPO / "tests" / "fixtures" / "legacy_wal"
+
+
+# What the unit tests build without MySQL.
+def dialect_connection(server_version=(10, 11, 0)):
+    """What the statement needs of a connection: its dialect, as the engine's."""
+    dialect = pymysql.dialect(paramstyle="pyformat")
+    dialect.server_version_info = server_version
+    dialect.is_mariadb = server_version[0] == 10
+    dialect._requires_alias_for_on_duplicate_key = (
+        not dialect.is_mariadb and server_version >= (8, 0, 20)
+    )
+    return SimpleNamespace(dialect=dialect)
+
+
+def config_dict(**overrides):
+    raw = {
+        "sink": {"id": "invoices"},
+        "wal": {"path": "var/wal"},
+        "mysql": {
+            "url": "mysql+pymysql://sink@127.0.0.1:3306/shop",
+            "table": "t",
+            "key": ["org"],
+            "merge": {"amount": "add"},
+            "version_column": "seq",
+        },
+    }
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition("__")
+        if key:
+            raw.setdefault(section, {})[key] = value
+        else:
+            raw[section] = value
+    return raw

@@ -60,6 +60,23 @@ class CheckpointResetError(ConfigError):
     as for a configuration error (exit 2)."""
 
 
+class RetryStopped(TerminalError):
+    """A stop was requested while waiting to retry; the work stays undone."""
+
+
+class ReplayOrderError(TerminalError):
+    """Replaying would apply a batch before earlier staged ones (I8)."""
+
+
+class SetAsideRefused(TerminalError):
+    """The batch is not the lowest staged batch without an ack."""
+
+
 class StopRequested(WalSinkError):
     """The sink is stopping and takes no more batches; Spark plans this one again
     at the next start. Neither transient nor terminal: the job ends normally."""
+
+
+class FollowerFailed(WalSinkError):
+    """The job's follower process exited on a failure a restart may cure (its line
+    is above)."""

@@ -1,4 +1,10 @@
-"""Leaving the process with the real exit status.
+"""How a process of wal_sink ends: the exit codes, which error ends it with which,
+and leaving with the real exit status.
+
+The contract's codes, the same for the ``wal-sink`` CLI, the streaming job and
+``wal-sink follow``: 0 done, 1 failed, 2 usage or configuration error. The job's
+follower child (job.writer = "datasource") tells the job one thing more, with 3:
+it failed for good, and no restart can help.
 
 A process that read Delta/Parquet through pyarrow can abort in native destructors at
 interpreter exit ("terminate called without an active exception", exit 134) after
@@ -11,6 +17,32 @@ from __future__ import annotations
 import logging
 import os
 import sys
+
+from wal_sink.errors import ConfigError, TerminalError
+
+OK = 0
+"""Done: drained, or stopped (what is not applied stays staged for the next start)."""
+FAILED = 1
+"""Failed: a command that did not do what it was asked, a terminal error, a restart
+strategy that gave up; from the follower child, a failure a restart may cure."""
+USAGE = 2
+"""A usage or configuration error (ConfigError): running it again as it is cannot
+help."""
+TERMINAL = 3
+"""The follower child's only: it failed for good (fenced, the target dropped, ...).
+The job then stops at once, and exits FAILED."""
+
+
+def exit_code(error: BaseException | None, *, terminal: int = FAILED) -> int:
+    """The exit code of a process ending on ``error`` (None: it did its work);
+    ``terminal`` for a terminal error that is not a configuration error."""
+    if error is None:
+        return OK
+    if isinstance(error, ConfigError):
+        return USAGE
+    if isinstance(error, TerminalError):
+        return terminal
+    return FAILED
 
 
 def exit_now(code: int) -> None:

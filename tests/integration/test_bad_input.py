@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from devtools.spark_job import JobProcess, job_env
-from tests.conftest import JOB, write_config
-from tests.integration.test_cli import cli
-from tests.integration.test_job import fresh_table
+from tests.helpers import JOB, cli, config_dict, fresh_table, write_config
 
 SECRET = "s3cr3t-value-4b1e"
 SOURCE = '[source]\nformat = "rate"'
@@ -177,13 +175,12 @@ def test_source_options_env_reaches_the_spark_reader(spark, monkeypatch):
     an unset variable is one line; a set one reaches Spark (which checks it)."""
     from pyspark.errors import PySparkException
 
-    from tests.unit.test_config import base
     from wal_sink.config import config_from_dict
     from wal_sink.errors import ConfigError
     from wal_sink.spark.source import read_source
 
     source = {"format": "rate", "options_env": {"rowsPerSecond": "TEST_RATE"}}
-    config = config_from_dict(base(source=source))
+    config = config_from_dict(config_dict(source=source))
     monkeypatch.delenv("TEST_RATE", raising=False)
     with pytest.raises(ConfigError, match="'TEST_RATE', which is not set"):
         read_source(spark, config)

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from devtools.spark_job import JobProcess
-from tests.conftest import settle, write_config
-from tests.integration.test_cli import cli
+from tests.helpers import cli, settle, write_config
 from wal_sink import WalSink
 from wal_sink.wal.quarantine import Quarantine
 

@@ -14,7 +14,6 @@ import re
 import signal
 import struct
 import subprocess
-import sys
 import termios
 import threading
 import time
@@ -23,12 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, write_config
-from wal_sink.protocol.sink_instance import SinkInstance
+from tests.helpers import REPO, WAL_SINK, cli, delta_log, ops_config, ops_sink, totals
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter
 
-WAL_SINK = str(Path(sys.executable).with_name("wal-sink"))
 SCHEMA = "k STRING, amount DECIMAL(12,2)"
 STATUS_KEYS = {
     "sink_id",
@@ -68,38 +65,6 @@ STATUS_KEYS = {
 }
 
 
-def cli(config: Path, *args: str, input: str | None = None, env: dict | None = None):
-    return subprocess.run(
-        [WAL_SINK, "-c", str(config), *args],
-        capture_output=True,
-        text=True,
-        input=input,
-        cwd=REPO,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def toml(path: Path, db, url: str | None = None) -> Path:
-    """Sink ``ops`` adding amounts into ops_totals, its WAL beside ``path``."""
-    return write_config(path, db, table="ops_totals", sink_id="ops", url=url)
-
-
-def ops_sink(db, tmp_path: Path, key_width: int = 16):
-    """A fresh ops_totals table and a started sink instance on it."""
-    from wal_sink.config import load_config
-
-    for t in ("ops_totals", "wal_sink_ack", "wal_sink_lease"):
-        db.execute(f"DROP TABLE IF EXISTS {t}")
-    db.execute(
-        f"CREATE TABLE ops_totals (k VARCHAR({key_width}) PRIMARY KEY, "
-        "amount DECIMAL(14,2)) ENGINE=InnoDB"
-    )
-    config_path = toml(tmp_path / "ops.toml", db)
-    instance = SinkInstance(load_config(config_path))
-    return config_path, instance, instance.start()
-
-
 @pytest.fixture
 def wal_state(spark, db, tmp_path):
     """Batches 0, 1, 2 staged; 0 and 2 acked, 1 not. Returns the config path."""
@@ -115,14 +80,6 @@ def wal_state(spark, db, tmp_path):
     committer.apply(2)
     instance.close()
     return config_path
-
-
-def totals(db) -> dict:
-    return dict(db.rows("SELECT k, amount FROM ops_totals"))
-
-
-def delta_log(tmp_path: Path) -> list[str]:
-    return sorted(p.name for p in (tmp_path / "wal" / "_delta_log").iterdir())
 
 
 def test_status_json_is_stable_and_exits_zero_every_time(wal_state):
@@ -288,7 +245,7 @@ def test_config_and_environment_errors_are_one_line(db, tmp_path, mariadb):
     assert (
         r.returncode == 2 and "mysql.colour" in r.stderr and r.stderr.count("\n") == 1
     )
-    good = toml(tmp_path / "ok.toml", db)
+    good = ops_config(tmp_path / "ok.toml", db)
     env = {k: v for k, v in os.environ.items() if k != "WAL_SINK_MYSQL_PASSWORD"}
     r = subprocess.run(
         [WAL_SINK, "-c", str(good), "status"],
@@ -298,7 +255,7 @@ def test_config_and_environment_errors_are_one_line(db, tmp_path, mariadb):
         cwd=REPO,
     )
     assert r.returncode == 2 and "export WAL_SINK_MYSQL_PASSWORD" in r.stderr
-    unreachable = toml(
+    unreachable = ops_config(
         tmp_path / "down.toml",
         db,
         url=f"mysql+pymysql://sink@127.0.0.1:{mariadb.port + 1}/x",

@@ -17,11 +17,10 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from devtools.spark_job import JobProcess
-from tests.conftest import JOB, write_config
-from tests.integration.test_invariants import SCHEMA, run_stream, write_landing
+from tests.helpers import JOB, LANDING_SCHEMA, run_stream, write_config, write_landing
 from wal_sink import CheckpointResetError, WalSink
 from wal_sink.config import load_config
-from wal_sink.protocol.purge import execute_purge, plan_purge
+from wal_sink.ops.purge import execute_purge, plan_purge
 
 BATCHES = [[("a", "1.00", 1)], [("b", "2.00", 2)], [("c", "3.00", 3)]]
 
@@ -107,7 +106,7 @@ def test_a_first_batch_beyond_what_the_sink_knows_is_refused(
     Spark delivers says the same: batches before it were committed elsewhere."""
     sink = WalSink(load_config(sink_config))
     sink.start()
-    df = spark.createDataFrame([("x", Decimal(1), 1)], SCHEMA)
+    df = spark.createDataFrame([("x", Decimal(1), 1)], LANDING_SCHEMA)
     with pytest.raises(CheckpointResetError) as refused:
         sink.foreach_batch(df, 2)
     assert str(refused.value) == (

@@ -15,13 +15,11 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from tests.integration.test_faults import amounts, staged
+from tests.helpers import AMOUNT_NOTE_SCHEMA, amounts, staged
 from wal_sink import TerminalError
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
 from wal_sink.wal.quarantine import Quarantine
-
-SCHEMA = "k STRING, amount DECIMAL(12,2), note STRING"
 
 
 @pytest.fixture
@@ -84,7 +82,7 @@ def test_batch_removed_from_the_wal_is_a_terminal_error_not_an_empty_batch(
     table (removed by hand) is never acked as empty."""
     config = make_config(table="acct", merge={"amount": "add"})
     instance, committer = staged(spark, config, amounts(2))
-    stage(spark.createDataFrame(amounts(2, 10), SCHEMA), instance.writer, 1)
+    stage(spark.createDataFrame(amounts(2, 10), AMOUNT_NOTE_SCHEMA), instance.writer, 1)
     DeltaTable(config.wal_path).delete("_wal_batch_id = 1")
     with pytest.raises(TerminalError, match="batch 1.*files are no longer") as info:
         SinkInstance(config).recover()
@@ -109,7 +107,7 @@ def test_lost_file_is_one_line_naming_it_and_a_flaky_read_is_retried(
     monkeypatch.setenv("WAL_SINK_FAULT", "wal.read:0:eio-once")
     assert committer.apply(0).rows == 2  # EIO once: retried with the batch
     monkeypatch.delenv("WAL_SINK_FAULT")
-    stage(spark.createDataFrame(amounts(2, 10), SCHEMA), instance.writer, 1)
+    stage(spark.createDataFrame(amounts(2, 10), AMOUNT_NOTE_SCHEMA), instance.writer, 1)
     instance.wal.refresh()
     lost = instance.wal.staged_batch(1).files[0].uri.removeprefix("file://")
     Path(lost).unlink()

@@ -25,7 +25,7 @@ import pytest
 from deltalake import DeltaTable
 
 from devtools.spark_connect import ConnectServer
-from tests.conftest import REPO, write_config
+from tests.helpers import REPO, write_config
 
 pytestmark = pytest.mark.crash
 

@@ -3,47 +3,18 @@ Spark JVM) at each step of the protocol, restarted, and MySQL must be exact (I1,
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
-from tests.conftest import REPO, write_config
-from tests.integration.test_invariants import write_landing
+from tests.helpers import CRASH_BATCHES, run_writer, write_config, write_landing
 from wal_sink.storage import Storage
 from wal_sink.wal.maintenance import vacuum
 
 pytestmark = pytest.mark.crash
-
-BATCHES = [
-    [(f"k{i % 7}", f"{i}.25", i) for i in range(0, 40)],
-    [(f"k{i % 5}", f"{i}.50", i) for i in range(40, 90)],
-    [(f"k{i % 9}", "1.00", i) for i in range(90, 120)],
-]
-WRITER = Path(__file__).with_name("writer_app.py")
-
-
-def run_writer(config: Path, landing: Path, fault: str | None, log: Path) -> int:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("WAL_SINK_FAULT", None)
-    if fault:
-        env["WAL_SINK_FAULT"] = fault
-    with open(log, "ab") as out:
-        proc = subprocess.run(
-            [sys.executable, str(WRITER), str(config), str(landing)],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            timeout=600,
-        )
-    return proc.returncode
 
 
 def unreferenced_parquet(wal: Path, batch_id: int) -> int:
@@ -81,7 +52,7 @@ def test_kill_at_protocol_step_then_restart_is_exact(
         "CREATE TABLE crash_totals (k VARCHAR(32) PRIMARY KEY, "
         "amount DECIMAL(14,2), seq BIGINT) ENGINE=InnoDB"
     )
-    expected = write_landing(tmp_path / "landing", BATCHES)
+    expected = write_landing(tmp_path / "landing", CRASH_BATCHES)
     driver_rows = 10_000 if staging == "driver" else 0
     config = write_config(
         tmp_path / "sink.toml",
@@ -108,7 +79,9 @@ def test_kill_at_protocol_step_then_restart_is_exact(
     assert totals == expected
     acked = db.rows("SELECT batch_id, row_count FROM wal_sink_ack ORDER BY 1")
     assert acked == [(0, 40), (1, 50), (2, 30)]
-    assert sum(totals.values()) == sum(Decimal(a) for b in BATCHES for _, a, _ in b)
+    assert sum(totals.values()) == sum(
+        Decimal(a) for b in CRASH_BATCHES for _, a, _ in b
+    )
     # What the crash left never blocked the restart; vacuum removes it.
     vacuum(str(tmp_path / "wal"), Storage(), 0)
     assert unreferenced_parquet(tmp_path / "wal", 1) == 0

@@ -17,11 +17,14 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
 
-from tests.conftest import ADD_AMOUNT, write_config
-from tests.integration.test_invariants import SCHEMA, write_landing
+from tests.helpers import (
+    ADD_AMOUNT,
+    LANDING_SCHEMA,
+    FollowerThread,
+    write_config,
+    write_landing,
+)
 from wal_sink.config import load_config
-from wal_sink.protocol.follower import Follower
-from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.protocol.stage_commit import StageCommitter
 from wal_sink.wal.applied_position import AppliedPosition
 from wal_sink.wal.task_files import wal_schema, write_task_file
@@ -52,33 +55,9 @@ def target(db):
     return lambda: dict(db.rows("SELECT k, amount FROM ds_totals"))
 
 
-class FollowerThread:
-    """``wal-sink follow``'s loop in a thread of the test."""
-
-    def __init__(self, config_path: Path) -> None:
-        self.follower = Follower(SinkInstance(load_config(config_path)))
-        self.failure: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.follower.run()
-        except BaseException as e:
-            self.failure = e
-
-    def drain(self) -> None:
-        self.follower.stop(drain=True)
-        self.thread.join(120)
-        assert not self.thread.is_alive()
-        if self.failure:
-            raise self.failure
-        self.follower.instance.close()
-
-
 def stream(spark, config: Path, landing: Path, checkpoint: Path) -> None:
     query = (
-        spark.readStream.schema(SCHEMA)
+        spark.readStream.schema(LANDING_SCHEMA)
         .option("maxFilesPerTrigger", 1)
         .json(str(landing))
         .writeStream.format("wal_sink")  # no register call: pyspark_wal_sink
@@ -160,7 +139,7 @@ def test_a_query_without_the_config_option_fails_with_one_line(spark, tmp_path):
     landing = tmp_path / "landing"
     write_landing(landing, [[("a", "1.00", 1)]])
     query = (
-        spark.readStream.schema(SCHEMA)
+        spark.readStream.schema(LANDING_SCHEMA)
         .json(str(landing))
         .writeStream.format("wal_sink")
         .option("checkpointLocation", str(tmp_path / "cp"))

@@ -13,9 +13,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from tests.integration import test_s3
-from tests.integration.test_datasource import FollowerThread
-from tests.integration.test_s3 import s3_config, storage
+from tests.helpers import FollowerThread, s3_config, s3_storage
 from wal_sink.config import load_config
 from wal_sink.protocol import stage_commit
 from wal_sink.protocol.stage_commit import StageCommitter
@@ -24,7 +22,6 @@ from wal_sink.wal.task_files import wal_schema, write_task_file
 from wal_sink.wal.writer_run import WriterRun
 
 pytestmark = pytest.mark.s3
-s3, bucket = test_s3.s3, test_s3.bucket  # the server and bucket fixtures, reused
 SCHEMA = wal_schema(pa.schema([("k", pa.string()), ("amount", pa.decimal128(12, 2))]))
 
 
@@ -42,7 +39,7 @@ def test_data_source_and_follower_on_s3_land_exactly_once(s3, bucket, db, tmp_pa
     stage_commit._writers.clear()
     follower = FollowerThread(path)
     run = WriterRun(config.sink.id, "run")
-    fs, root = storage(s3).filesystem(config.wal_path)
+    fs, root = s3_storage(s3).filesystem(config.wal_path)
     expected: dict[str, Decimal] = {}
     started = time.monotonic()
     for batch_id in range(6):

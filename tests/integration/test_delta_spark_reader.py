@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from tests.conftest import REPO
-from tests.integration.test_types import SCHEMA, rows
+from tests.fixtures.spark_types import TYPES_SCHEMA, type_rows
+from tests.helpers import REPO
 from wal_sink.spark.staging import WRITE_CONF, StageTimes, session_conf, stage
 from wal_sink.storage import Storage
 from wal_sink.wal.maintenance import delete_batches
@@ -108,7 +108,7 @@ def read_with_pyarrow(path: str) -> list[dict[str, Any]]:
 def test_delta_spark_reads_exactly_what_was_staged_and_quarantined(spark, tmp_path):
     wal, quarantine = str(tmp_path / "wal"), str(tmp_path / "wal_quarantine")
     writer = WalWriter(wal, "interop")
-    full = spark.createDataFrame(rows(), SCHEMA)
+    full = spark.createDataFrame(type_rows(), TYPES_SCHEMA)
     before = full.drop("ntz", "void_s")  # batches 2 on add these (schema evolution)
     batches = {
         0: before.repartition(3),
@@ -193,7 +193,7 @@ def test_batches_staged_from_the_driver_read_back_as_the_executors(spark, tmp_pa
     included; one row more than the threshold goes to the executors."""
     wal = str(tmp_path / "wal")
     writer = WalWriter(wal, "driver")
-    full = spark.createDataFrame(rows(), SCHEMA)
+    full = spark.createDataFrame(type_rows(), TYPES_SCHEMA)
     n = full.count()
     paths = {}
     for batch_id, df, limit in [

@@ -1,6 +1,6 @@
 """Values reach MySQL as written, whatever session the sink writes through, and never
 reach the logs: the fast paths' backslash escapes only where the session reads them
-(no NO_BACKSLASH_ESCAPES, utf8mb4 client text), the driver's escaping elsewhere, a
+(no NO_BACKSLASH_ESCAPES, utf8mb4 client text), PyMySQL's escaping elsewhere, a
 refusal where no escaping is safe; column names any table may have; -0.0; a
 terminal error's chain without the statement's row values."""
 
@@ -17,8 +17,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import make_url
 
 from devtools.mariadb import SINK_PASSWORD
-from tests.conftest import settle
-from tests.integration import test_types
+from tests.helpers import settle
 from wal_sink.errors import TerminalError
 from wal_sink.mysql.arrow_text import sql_rows, tsv
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -51,9 +50,6 @@ TRICKY = [
     "'); DELETE FROM bystander; --",
     "50% %s %(k)s",
 ]
-
-
-calls = test_types.calls  # rows each Arrow-rendered path applied (a fixture)
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import amounts, staged
 from tests.integration.lost_reply import LostCommitReply
 from wal_sink import TerminalError, TransientError
 from wal_sink.metrics import SinkMetrics
@@ -23,8 +24,6 @@ from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
 from wal_sink.wal.quarantine import Quarantine
 from wal_sink.wal.writer import WalWriter
-
-SCHEMA = "k STRING, amount DECIMAL(12,2), note STRING"
 
 
 @pytest.fixture
@@ -39,21 +38,6 @@ def target(db):
     )
     db.execute("INSERT INTO parent VALUES " + ",".join(f"('k{i}')" for i in range(50)))
     return lambda: dict(db.rows("SELECT k, amount FROM acct"))
-
-
-def staged(spark, config, rows, batch_id=0, partitions=1):
-    instance = SinkInstance(config)
-    committer = instance.start()
-    stage(
-        spark.createDataFrame(rows, SCHEMA).coalesce(partitions),
-        WalWriter(config.wal_path, config.sink.id),
-        batch_id,
-    )
-    return instance, committer
-
-
-def amounts(n, start=0):
-    return [(f"k{i}", Decimal(i + 1), "ok") for i in range(start, start + n)]
 
 
 def test_poison_rows_are_quarantined_and_the_rest_commits(

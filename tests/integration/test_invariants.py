@@ -4,21 +4,16 @@ duplicate apply shows as a wrong total."""
 
 from __future__ import annotations
 
-import json
-import os
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from tests.conftest import settle
+from tests.helpers import LANDING_SCHEMA, run_stream, settle, write_landing
 from wal_sink import CheckpointResetError, FencedError, WalSink
-from wal_sink.protocol.purge import execute_purge, plan_purge
+from wal_sink.ops.purge import execute_purge, plan_purge
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter
-
-SCHEMA = "k STRING, amount DECIMAL(12,2), seq BIGINT"
 
 
 @pytest.fixture
@@ -41,37 +36,7 @@ def acked(db) -> list[int]:
 
 
 def frame(spark, rows):
-    return spark.createDataFrame(rows, SCHEMA)
-
-
-def write_landing(
-    landing: Path, batches: list[list[tuple[str, str, int]]]
-) -> dict[str, Decimal]:
-    """One JSON file per batch; returns the expected totals."""
-    landing.mkdir(parents=True, exist_ok=True)
-    expected: dict[str, Decimal] = {}
-    for i, rows in enumerate(batches):
-        lines = [json.dumps({"k": k, "amount": a, "seq": s}) for k, a, s in rows]
-        path = landing / f"part-{i:04d}.json"
-        path.write_text("\n".join(lines) + "\n")
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # Spark orders by mtime
-        for k, a, _ in rows:
-            expected[k] = expected.get(k, Decimal(0)) + Decimal(a)
-    return expected
-
-
-def run_stream(spark, sink: WalSink, landing: Path, checkpoint: Path) -> None:
-    query = (
-        spark.readStream.schema(SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(str(landing))
-        .writeStream.foreachBatch(sink.foreach_batch)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    settle(sink)
+    return spark.createDataFrame(rows, LANDING_SCHEMA)
 
 
 BATCHES = [

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import threading
 import time
-from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -20,58 +18,19 @@ from devtools.invoices import InvoiceFeed
 from devtools.kafka import KafkaBroker
 from devtools.spark_cluster import standalone_cluster
 from devtools.spark_job import JobProcess, job_env
-from tests.conftest import JOB, REPO, write_config
-
-SEED = int(os.environ.get("WAL_SINK_TEST_SEED", time.time()))
-rng = random.Random(SEED)
-
-
-def fresh_table(db, name: str) -> None:
-    for t in (name, "wal_sink_ack", "wal_sink_lease", "wal_sink_outbox"):
-        db.execute(f"DROP TABLE IF EXISTS {t}")
-    db.execute(
-        f"CREATE TABLE {name} (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(16,2)) "
-        "ENGINE=InnoDB"
-    )
-
-
-def totals(db, table: str) -> dict[str, Decimal]:
-    return dict(db.rows(f"SELECT k, amount FROM {table}"))
-
-
-def survive_kills_then_drain(
-    config: Path, log: Path, feed: Callable[[], None], rounds: int = 2
-) -> None:
-    """While ``feed`` sends data, run the streaming job and SIGKILL it at a random
-    moment, ``rounds`` times; then drain with --available-now."""
-    feeding = threading.Thread(target=feed)
-    feeding.start()
-    for _ in range(rounds):
-        job = JobProcess(config, log)
-        time.sleep(rng.uniform(12, 22))
-        assert job.proc.poll() is None, job.tail()
-        job.kill()
-    feeding.join()
-    drain = JobProcess(config, log, "--available-now")
-    assert drain.wait() == 0, drain.tail()
-
-
-def arrive(landing: Path, expected: dict[str, Decimal], files: int, pause: float):
-    """Write ``files`` JSON files of random amounts into ``landing``, each appearing
-    whole (as sources should), and add them up in ``expected``."""
-    for i in range(files):
-        rows = [
-            (f"k{rng.randrange(8)}", Decimal(rng.randrange(1, 10_000)) / 100)
-            for _ in range(rng.randrange(1, 30))
-        ]
-        tmp = landing / f".f{i:03d}.tmp"
-        tmp.write_text(
-            "".join(json.dumps({"k": k, "amount": str(a)}) + "\n" for k, a in rows)
-        )
-        tmp.rename(landing / f"f{i:03d}.json")
-        for k, a in rows:
-            expected[k] = expected.get(k, Decimal(0)) + a
-        time.sleep(pause)
+from tests.helpers import (
+    JOB,
+    REPO,
+    SEED,
+    arrive,
+    fresh_table,
+    landing_config,
+    quarantined_raw,
+    rng,
+    survive_kills_then_drain,
+    totals,
+    write_config,
+)
 
 
 def test_files_arriving_while_job_is_killed_land_exactly_once(db, tmp_path):
@@ -155,13 +114,6 @@ startingOffsets = "earliest", maxOffsetsPerTrigger = 150 }}""",
     assert sorted(quarantined_raw(tmp_path, "kafka")) == sorted(garbage)
 
 
-def quarantined_raw(tmp_path: Path, sink_id: str) -> list[str]:
-    from wal_sink.wal.quarantine import Quarantine
-
-    entries = Quarantine(str(tmp_path / "wal_quarantine"), sink_id).read(10_000)
-    return [json.loads(e["record"])["raw"] for e in entries]
-
-
 def test_unparseable_records_are_quarantined_once_not_applied(db, tmp_path):
     fresh_table(db, "parsed")
     config = landing_config(db, tmp_path, "parsed")
@@ -180,30 +132,6 @@ def test_unparseable_records_are_quarantined_once_not_applied(db, tmp_path):
     )
     assert sorted(quarantined_raw(tmp_path, "parsed")) == sorted(bad_lines)
     assert "unparseable record(s) quarantined" in job.log.read_text()
-
-
-def landing_config(
-    db, tmp_path: Path, name: str, extra: str = "", job: str = JOB
-) -> Path:
-    landing = tmp_path / "landing"
-    landing.mkdir(exist_ok=True)
-    for i in range(3):
-        (landing / f"f{i}.json").write_text(
-            json.dumps({"k": "a", "amount": "1.00"}) + "\n"
-        )
-        os.utime(landing / f"f{i}.json", (1_700_000_000 + i,) * 2)
-    return write_config(
-        tmp_path / f"{name}.toml",
-        db,
-        source=f"""
-[source]
-format = "json"
-path = "{landing}"
-schema = "k STRING, amount DECIMAL(12,2)"
-options = {{ maxFilesPerTrigger = 1 }}""",
-        table=name,
-        job=f"{job}\n{extra}",
-    )
 
 
 def checksum_files(*roots: Path) -> list[Path]:
@@ -374,7 +302,7 @@ options = {{ maxFilesPerTrigger = 1 }}""",
     children = [
         line
         for line in lines
-        if "wal_sink.spark.follower_child" in line and str(config) in line
+        if "wal_sink.job.follower_child" in line and str(config) in line
     ]
     assert not children, "no follower outlives its job"
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from devtools.spark_job import JobProcess, job_env
-from tests.integration.test_job import fresh_table, landing_config
+from tests.helpers import fresh_table, landing_config
 
 # Spark's console pattern: "26/11/22 16:43:14 INFO SparkContext: ...".
 SPARK_INFO = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", re.MULTILINE)

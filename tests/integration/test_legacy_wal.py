@@ -9,14 +9,12 @@ import json
 import shutil
 from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
 
-from tests.integration.test_cli import cli
+from tests.helpers import LEGACY_WAL, cli
 from wal_sink.config import load_config
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_wal"
 ACK_TABLE_0_1 = """CREATE TABLE wal_sink_ack (
     sink_id VARCHAR(128) NOT NULL, batch_id BIGINT NOT NULL,
     row_count BIGINT NOT NULL, deleted_count BIGINT NOT NULL,
@@ -44,7 +42,7 @@ def test_wal_of_version_0_1_is_recovered_appended_purged(spark, db, tmp_path):
         "('legacy', 1, 3, 0, 0, 1, NOW(6))"
     )
     wal = tmp_path / "wal"
-    shutil.copytree(FIXTURE, wal)
+    shutil.copytree(LEGACY_WAL, wal)
     config_path = tmp_path / "legacy.toml"
     config_path.write_text(f"""
 [sink]

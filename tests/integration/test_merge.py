@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.conftest import settle
+from tests.helpers import settle
 from wal_sink import TerminalError, WalSink
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter

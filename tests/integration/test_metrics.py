@@ -14,7 +14,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.mariadb import free_port
-from tests.integration.test_pipeline import config_for, labelled_table, landing_files
+from tests.helpers import config_for, labelled_table, landing_files
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "conf" / "grafana_dashboard.json"
 

@@ -14,9 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from devtools.spark_job import JobProcess
-from tests.conftest import JOB, write_config
-from tests.integration.test_cli import cli
-from tests.integration.test_legacy_wal import FIXTURE
+from tests.helpers import JOB, LEGACY_WAL, cli, write_config
 from wal_sink import ConfigError, WalSink
 from wal_sink.config import load_config
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -176,7 +174,7 @@ def test_wal_without_an_owner_is_read_by_any_sink_and_adopted_by_the_first_write
         " seq BIGINT, ts DATETIME(6)) ENGINE=InnoDB"
     )
     wal = tmp_path / "wal"
-    shutil.copytree(FIXTURE, wal)
+    shutil.copytree(LEGACY_WAL, wal)
     configs = {}
     for sink_id in ("legacy", "other"):
         configs[sink_id] = tmp_path / f"{sink_id}.toml"

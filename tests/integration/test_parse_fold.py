@@ -12,12 +12,7 @@ from decimal import Decimal
 import pytest
 
 from devtools.spark_job import JobProcess, job_env
-from tests.integration.test_job import (
-    fresh_table,
-    landing_config,
-    quarantined_raw,
-    totals,
-)
+from tests.helpers import fresh_table, landing_config, quarantined_raw, totals
 from wal_sink.config import config_from_dict
 from wal_sink.spark.parse_errors import can_fold
 from wal_sink.spark.source import read_source, streaming_frame

@@ -19,58 +19,14 @@ import pymysql
 from deltalake import DeltaTable
 
 from devtools.spark_job import JobProcess
-from tests.conftest import JOB, write_config
-from tests.integration.test_job import fresh_table, rng, totals
-
-KEYS = [f"k{i}" for i in range(6)]
-
-
-def landing_files(landing: Path, count: int, first: int = 0) -> dict[str, Decimal]:
-    """``count`` JSON files, one micro-batch each, every one touching k0; returns the
-    totals they add up to."""
-    landing.mkdir(exist_ok=True)
-    expected = {k: Decimal(0) for k in KEYS}  # the table starts with every key at 0
-    for i in range(first, first + count):
-        rows = [("k0", Decimal(rng.randrange(1, 999)) / 100)] + [
-            (rng.choice(KEYS), Decimal(rng.randrange(1, 999)) / 100) for _ in range(4)
-        ]
-        lines = [
-            json.dumps({"k": k, "amount": str(a), "label": f"f{i:04d}"})
-            for k, a in rows
-        ]
-        tmp = landing / f".f{i:04d}.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
-        os.utime(tmp, (1_700_000_000 + i,) * 2)  # Spark takes files in mtime order
-        tmp.rename(landing / f"f{i:04d}.json")
-        for k, a in rows:
-            expected[k] = expected.get(k, Decimal(0)) + a
-    return expected
-
-
-def config_for(db, tmp_path: Path, table: str, *, wal: str = "", extra: str = ""):
-    """A JSON-files job with a half-second trigger."""
-    return write_config(
-        tmp_path / f"{table}.toml",
-        db,
-        source=f"""
-[source]
-format = "json"
-path = "{tmp_path / "landing"}"
-schema = "k STRING, amount DECIMAL(12,2), label STRING"
-options = {{ maxFilesPerTrigger = 1 }}""",
-        table=table,
-        wal=wal,
-        job=JOB.replace('"1 second"', '"0.5 seconds"') + "\n" + extra,
-    )
-
-
-def labelled_table(db, name: str) -> None:
-    fresh_table(db, name)
-    db.execute(f"ALTER TABLE {name} ADD COLUMN label VARCHAR(8)")
-    db.execute(
-        f"INSERT INTO {name} (k, amount) VALUES "
-        + ",".join(f"('{k}', 0)" for k in KEYS)
-    )
+from tests.helpers import (
+    LABELLED_KEYS,
+    config_for,
+    labelled_table,
+    landing_files,
+    rng,
+    totals,
+)
 
 
 @contextmanager
@@ -163,7 +119,10 @@ def test_killed_with_a_backlog_restarts_exact_and_in_batch_order(db, tmp_path):
     def arrive() -> None:
         for i in range(files):  # every file sets every key's label
             label = f"f{i:04d}"
-            lines = [json.dumps({"k": k, "amount": "1", "label": label}) for k in KEYS]
+            lines = [
+                json.dumps({"k": k, "amount": "1", "label": label})
+                for k in LABELLED_KEYS
+            ]
             tmp = landing / f".{label}.tmp"
             tmp.write_text("\n".join(lines) + "\n")
             os.utime(tmp, (1_700_000_000 + i,) * 2)
@@ -195,8 +154,8 @@ def test_killed_with_a_backlog_restarts_exact_and_in_batch_order(db, tmp_path):
     drain = JobProcess(config, log, "--available-now")
     assert drain.wait() == 0, drain.tail()
     rows = db.rows("SELECT k, amount, label FROM ordered ORDER BY k")
-    assert rows == [(k, Decimal(files), f"f{files - 1:04d}") for k in KEYS]
-    for k in KEYS:  # each batch once, and in batch order
+    assert rows == [(k, Decimal(files), f"f{files - 1:04d}") for k in LABELLED_KEYS]
+    for k in LABELLED_KEYS:  # each batch once, and in batch order
         seen = [
             r[0]
             for r in db.rows(

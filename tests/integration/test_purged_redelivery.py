@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from tests.conftest import settle
+from tests.helpers import settle
 from wal_sink import WalSink
-from wal_sink.protocol.purge import execute_purge, plan_purge
+from wal_sink.ops.purge import execute_purge, plan_purge
 
 SCHEMA = "k STRING, amount DECIMAL(12,2)"
 

@@ -9,7 +9,7 @@ import json
 from collections import Counter
 from decimal import Decimal
 
-from tests.integration.test_cli import cli, ops_sink, totals
+from tests.helpers import cli, ops_sink, totals
 from wal_sink.config import load_config
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage

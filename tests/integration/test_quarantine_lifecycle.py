@@ -11,10 +11,10 @@ import pytest
 
 from tests.helpers import stage_rows
 from wal_sink.config import config_from_dict
-from wal_sink.protocol.purge import execute_purge, plan_purge
-from wal_sink.protocol.quarantine_entries import SUPERSEDED, list_entries
-from wal_sink.protocol.quarantine_retry import plan_retry, run_retry
-from wal_sink.protocol.replay import plan_replay, run_replay
+from wal_sink.ops.purge import execute_purge, plan_purge
+from wal_sink.ops.quarantine_entries import SUPERSEDED, list_entries
+from wal_sink.ops.quarantine_retry import plan_retry, run_retry
+from wal_sink.ops.replay import plan_replay, run_replay
 from wal_sink.protocol.sink_instance import SinkInstance
 
 SCHEMA = pa.schema([("k", pa.int64()), ("parent", pa.int64()), ("label", pa.string())])

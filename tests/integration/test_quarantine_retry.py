@@ -15,8 +15,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
-from tests.conftest import ADD_AMOUNT, write_config
-from tests.integration.test_cli import WAL_SINK, cli
+from tests.helpers import ADD_AMOUNT, WAL_SINK, cli, write_config
 from wal_sink.config import load_config
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage

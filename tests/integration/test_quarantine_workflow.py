@@ -16,8 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from devtools.spark_job import JobProcess
-from tests.conftest import JOB, REPO, write_config
-from tests.integration.test_cli import WAL_SINK, cli
+from tests.helpers import JOB, REPO, WAL_SINK, cli, write_config
 from wal_sink.config import load_config
 from wal_sink.protocol.sink_instance import SinkInstance
 

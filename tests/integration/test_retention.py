@@ -9,8 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.integration.test_cli import cli, delta_log, ops_sink
-from tests.integration.test_vacuum import crashed_attempt, files_under
+from tests.helpers import cli, crashed_attempt, delta_log, files_under, ops_sink
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter
 

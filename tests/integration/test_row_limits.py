@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 
 from devtools.spark_job import JobProcess
-from tests.conftest import JOB, write_config
+from tests.helpers import JOB, write_config
 from wal_sink import ConfigError
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage

@@ -6,11 +6,9 @@ in a job log, CLI output or error message."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import threading
 import time
-import uuid
 from decimal import Decimal
 from pathlib import Path
 
@@ -18,62 +16,26 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from devtools.s3proxy import REGION, NoConditionalPut, S3Proxy
+from devtools.s3proxy import NoConditionalPut, S3Proxy
 from devtools.spark_cluster import standalone_cluster
 from devtools.spark_job import JobProcess, job_env
-from tests.conftest import JOB, write_config
-from tests.integration.test_cli import cli, totals
-from tests.integration.test_crash import BATCHES, run_writer
-from tests.integration.test_invariants import write_landing
-from tests.integration.test_job import arrive, fresh_table, survive_kills_then_drain
-from tests.integration.test_job import totals as job_totals
+from tests.helpers import (
+    CRASH_BATCHES,
+    arrive,
+    cli,
+    fresh_table,
+    run_writer,
+    s3_config,
+    s3_storage,
+    survive_kills_then_drain,
+    totals,
+    write_landing,
+)
 from wal_sink.config import load_config
-from wal_sink.storage import Storage
 from wal_sink.wal.reader import WalReader
 
 pytestmark = pytest.mark.s3
 SCHEMA = "k STRING, amount DECIMAL(12,2)"
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """The server, its credentials in this process's environment (and so in every
-    job and CLI process the tests start) for the module's duration."""
-    server = S3Proxy(tmp_path_factory.mktemp("s3proxy"))
-    server.start()
-    saved = {k: os.environ.get(k) for k in server.credentials()}
-    os.environ.update(server.credentials())
-    yield server
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    server.stop()
-
-
-@pytest.fixture
-def bucket(s3) -> str:
-    return s3.create_bucket(f"wal-{uuid.uuid4().hex[:12]}")
-
-
-def storage(s3) -> Storage:
-    """What the configs' [storage] section says, for checks made from the test."""
-    return Storage(endpoint=s3.endpoint, region=REGION, path_style=True)
-
-
-def s3_config(path: Path, db, s3, wal: str, *, table: str, source: str = "") -> Path:
-    """A sink config whose WAL (and so its quarantine) is ``wal`` on the server."""
-    return write_config(
-        path,
-        db,
-        table=table,
-        wal_path=wal,
-        source=source,
-        wal='min_vacuum_retention = "0s"  # the tests vacuum files a moment old',
-        job=JOB,
-        sections=s3.storage_toml(),
-    )
 
 
 def landing_source(landing: Path, files_per_trigger: int = 2) -> str:
@@ -110,8 +72,8 @@ def test_job_killed_while_staging_to_s3_lands_exactly_once(db, s3, bucket, tmp_p
     expected: dict[str, Decimal] = {}
     log = tmp_path / "job.log"
     survive_kills_then_drain(config, log, lambda: arrive(landing, expected, 50, 0.5))
-    assert job_totals(db, "s3_totals") == expected
-    staged = WalReader(wal, storage=storage(s3)).staged_batches()
+    assert totals(db, "s3_totals") == expected
+    staged = WalReader(wal, storage=s3_storage(s3)).staged_batches()
     assert staged and set(staged) <= set(acked_ids(db))
     assert acked_ids(db) == list(range(len(acked_ids(db)))), "each batch once, in order"
     text = log.read_text()
@@ -120,14 +82,14 @@ def test_job_killed_while_staging_to_s3_lands_exactly_once(db, s3, bucket, tmp_p
 
 
 def unreferenced_parquet(s3, wal: str, batch_id: int) -> int:
-    fs, root = storage(s3).filesystem(wal)
+    fs, root = s3_storage(s3).filesystem(wal)
     listed = fs.get_file_info(
         pafs.FileSelector(
             f"{root}/_wal_batch_id={batch_id}", recursive=True, allow_not_found=True
         )
     )
     on_store = {i.path for i in listed if i.is_file and i.path.endswith(".parquet")}
-    table = DeltaTable(wal, storage_options=storage(s3).delta_options)
+    table = DeltaTable(wal, storage_options=s3_storage(s3).delta_options)
     referenced = {u.split("://", 1)[1] for u in table.file_uris()}
     return len(on_store - referenced)
 
@@ -140,7 +102,7 @@ def test_kill_between_files_written_and_commit_on_s3_is_exact(db, s3, bucket, tm
         "seq BIGINT) ENGINE=InnoDB"
     )
     wal = f"{bucket}/wal"
-    expected = write_landing(tmp_path / "landing", BATCHES)
+    expected = write_landing(tmp_path / "landing", CRASH_BATCHES)
     config = s3_config(tmp_path / "crashy.toml", db, s3, wal, table="s3_crash")
     log = tmp_path / "writer.log"
 
@@ -148,13 +110,13 @@ def test_kill_between_files_written_and_commit_on_s3_is_exact(db, s3, bucket, tm
     assert code == -signal.SIGKILL, log.read_text()[-3000:]
     assert acked_ids(db) == [0]
     assert unreferenced_parquet(s3, wal, 1) > 0, "the attempt's files are on S3"
-    opts = storage(s3).delta_options
+    opts = s3_storage(s3).delta_options
     assert DeltaTable(wal, storage_options=opts).transaction_version("crashy") == 0
 
     assert run_writer(config, tmp_path / "landing", None, log) == 0, log.read_text()[
         -3000:
     ]
-    assert job_totals(db, "s3_crash") == expected
+    assert totals(db, "s3_crash") == expected
     acked = db.rows("SELECT batch_id, row_count FROM wal_sink_ack ORDER BY 1")
     assert acked == [(0, 40), (1, 50), (2, 30)]
     r = cli(config, "purge", "--before", "0", "--vacuum", "--retain", "0s")
@@ -200,12 +162,12 @@ def test_purge_while_the_job_stages_on_s3_keeps_every_unacked_batch(
         assert job.terminate() == 0, job.tail()
     drain = JobProcess(config, log, "--available-now")
     assert drain.wait() == 0, drain.tail()
-    assert job_totals(db, "s3_purged") == expected
+    assert totals(db, "s3_purged") == expected
     removed = sum(int(p.split("removing ")[1].split()[0]) for p in purges)
     assert removed > 0, purges
     # Purge drops the ack rows of purged batches, all but the newest.
     acked = acked_ids(db)
-    reader = WalReader(wal, storage=storage(s3))
+    reader = WalReader(wal, storage=s3_storage(s3))
     staged = reader.staged_batches()
     assert set(staged) <= set(acked), "whatever is still staged is applied"
     assert acked[-1] == reader.last_staged("s3purge"), "up to the last staged batch"
@@ -241,7 +203,7 @@ def test_job_on_a_standalone_cluster_writes_the_wal_to_s3(db, s3, bucket, tmp_pa
         )
         assert job.wait() == 0, job.tail()
     assert list((tmp_path / "work").glob("app-*/*")), "no executor JVM ran"
-    assert job_totals(db, "s3_cluster") == expected
+    assert totals(db, "s3_cluster") == expected
     assert acked_ids(db) == [0, 1]
     assert_no_secret(s3, job.text())
 
@@ -316,7 +278,7 @@ def test_every_cli_command_works_against_an_s3_wal(s3_wal_state, db, s3, bucket)
     assert "removing 2 acked batch(es)" in purged and "vacuum freed" in purged
     st = json.loads(run("status", "--json"))
     assert (st["staged_first"], st["staged_last"], st["unacked"]) == (2, 2, [])
-    fs, root = storage(s3).filesystem(f"{bucket}/wal")
+    fs, root = s3_storage(s3).filesystem(f"{bucket}/wal")
     left = fs.get_file_info(pafs.FileSelector(root, recursive=True))
     assert not [i.path for i in left if "_wal_batch_id=0" in i.path and i.is_file]
     assert not [i.path for i in left if "_wal_sink_probe" in i.path and i.is_file]
@@ -337,7 +299,7 @@ def test_store_ignoring_conditional_puts_is_refused_with_one_line(
 
     fresh_table(db, "s3_unsafe")
     wal = f"{bucket}/wal"
-    opts = storage(s3).delta_options
+    opts = s3_storage(s3).delta_options
     write_deltalake(  # a WAL with one batch staged, written through the real server
         wal,
         pa.table({"k": ["a"], "amount": [1], "_wal_seq": [0], "_wal_batch_id": [0]}),
@@ -350,7 +312,7 @@ def test_store_ignoring_conditional_puts_is_refused_with_one_line(
     proxy.start()
     try:
         landing = tmp_path / "landing"
-        write_landing(landing, BATCHES[:1])
+        write_landing(landing, CRASH_BATCHES[:1])
         config = s3_config(
             tmp_path / "unsafe.toml",
             db,

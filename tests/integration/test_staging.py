@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from tests.conftest import settle
+from tests.helpers import settle
 from wal_sink.errors import TerminalError
 from wal_sink.spark.sink import WalSink
 from wal_sink.spark.staging import StageTimes, stage

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from devtools.spark_job import JobProcess
-from tests.conftest import JOB, write_config
+from tests.helpers import JOB, write_config
 
 WAL_SINK = str(Path(sys.executable).with_name("wal-sink"))
 

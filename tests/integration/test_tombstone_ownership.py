@@ -14,8 +14,8 @@ import pytest
 from tests.helpers import stage_rows
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError
-from wal_sink.protocol.purge import expire_tombstones
-from wal_sink.protocol.quarantine_retry import plan_retry, run_retry
+from wal_sink.ops.purge import expire_tombstones
+from wal_sink.ops.quarantine_retry import plan_retry, run_retry
 from wal_sink.protocol.sink_instance import SinkInstance
 
 CDC = {"op_column": "op", "order_by": "v", "delete_values": ["D"]}

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from devtools.spark_job import JobProcess
-from tests.conftest import settle
-from tests.integration.test_cli import cli
+from tests.helpers import cli, settle
 from wal_sink import WalSink
 from wal_sink.errors import ConfigError
 from wal_sink.protocol.sink_instance import SinkInstance

@@ -7,9 +7,7 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
-from wal_sink.faults import ENV, InjectedFault
+from tests.helpers import crashed_attempt, files_under
 from wal_sink.spark.staging import stage
 from wal_sink.storage import Storage
 from wal_sink.wal.maintenance import vacuum
@@ -17,24 +15,6 @@ from wal_sink.wal.reader import WalReader
 from wal_sink.wal.writer import WalWriter
 
 HOUR = 3600
-
-
-def files_under(path: Path) -> set[Path]:
-    return {p for p in path.rglob("*") if p.is_file()}
-
-
-def crashed_attempt(spark, writer, batch_id, monkeypatch, wal: Path) -> set[Path]:
-    """Stage ``batch_id`` until its files are written, then fail before the Delta
-    commit, as a crash there would; returns the files the attempt left."""
-    before = files_under(wal)
-    monkeypatch.setenv(ENV, f"stage.before_commit:{batch_id}:raise")
-    df = spark.createDataFrame([(f"lost{i}", i) for i in range(6)], "k STRING, n INT")
-    with pytest.raises(InjectedFault):
-        stage(df.repartition(2), writer, batch_id)
-    monkeypatch.delenv(ENV)
-    left = files_under(wal) - before
-    assert any(p.name.startswith("part-") for p in left)
-    return left
 
 
 def rows(reader: WalReader) -> dict[int, list[dict]]:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from wal_sink.protocol.batch_rows import _coalesced, prefetched
-from wal_sink.protocol.driver_rows import drop_non_finite, drop_null_keys, split_runs
+from wal_sink.protocol.row_by_row import drop_non_finite, drop_null_keys, split_runs
 
 
 @pytest.fixture

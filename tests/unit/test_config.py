@@ -4,35 +4,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import config_dict
 from wal_sink.config import config_from_dict, load_config, mysql_password
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError
 
 
-def base(**overrides):
-    raw = {
-        "sink": {"id": "invoices"},
-        "wal": {"path": "var/wal"},
-        "mysql": {
-            "url": "mysql+pymysql://sink@127.0.0.1:3306/shop",
-            "table": "t",
-            "key": ["org"],
-            "merge": {"amount": "add"},
-            "version_column": "seq",
-        },
-    }
-    for dotted, value in overrides.items():
-        section, _, key = dotted.partition("__")
-        if key:
-            raw.setdefault(section, {})[key] = value
-        else:
-            raw[section] = value
-    return raw
-
-
 def test_valid_config_loads_typed_values():
     c = config_from_dict(
-        base(
+        config_dict(
             job={
                 "checkpoint": "var/cp",
                 "trigger": "5 seconds",
@@ -106,25 +86,25 @@ def test_valid_config_loads_typed_values():
 )
 def test_bad_config_names_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as info:
-        config_from_dict(base(**overrides))
+        config_from_dict(config_dict(**overrides))
     assert "\n" not in str(info.value)
 
 
 def test_tombstone_table_defaults_to_the_target_s_name():
     cdc = {"op_column": "op", "order_by": "seq"}
-    config = config_from_dict(base(cdc=cdc))
+    config = config_from_dict(config_dict(cdc=cdc))
     assert config.mysql.tombstones == "t_tombstones"
     assert config.cdc.tombstone_retention == "7 days"
     assert config.mysql.unique_conflicts == "refuse"
-    named = config_from_dict(base(cdc=cdc, mysql__tombstone_table="deleted"))
+    named = config_from_dict(config_dict(cdc=cdc, mysql__tombstone_table="deleted"))
     assert named.mysql.tombstones == "deleted"
 
 
 def test_spark_log_level_defaults_to_warn_and_takes_any_case():
     job = {"checkpoint": "c"}
-    assert config_from_dict(base(job=job)).job.spark_log_level == "WARN"
+    assert config_from_dict(config_dict(job=job)).job.spark_log_level == "WARN"
     job["spark_log_level"] = "info"
-    assert config_from_dict(base(job=job)).job.spark_log_level == "INFO"
+    assert config_from_dict(config_dict(job=job)).job.spark_log_level == "INFO"
 
 
 def test_missing_and_malformed_files(tmp_path):
@@ -137,7 +117,7 @@ def test_missing_and_malformed_files(tmp_path):
 
 
 def test_password_from_env_or_file(tmp_path, monkeypatch):
-    c = config_from_dict(base(mysql__password_env="MY_PW"))
+    c = config_from_dict(config_dict(mysql__password_env="MY_PW"))
     monkeypatch.delenv("MY_PW", raising=False)
     with pytest.raises(ConfigError, match="export MY_PW"):
         mysql_password(c.mysql)
@@ -145,7 +125,7 @@ def test_password_from_env_or_file(tmp_path, monkeypatch):
     assert mysql_password(c.mysql) == "s3cret"
     pw = tmp_path / "pw"
     pw.write_text("from-file\n")
-    c = config_from_dict(base(mysql__password_file=str(pw)))
+    c = config_from_dict(config_dict(mysql__password_file=str(pw)))
     assert mysql_password(c.mysql) == "from-file"
 
 

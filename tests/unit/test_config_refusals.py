@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_config import base
+from tests.helpers import config_dict
 from wal_sink.config import config_from_dict, load_config, mysql_password
 from wal_sink.errors import ConfigError
 
@@ -41,12 +41,12 @@ def refused(raw) -> str:
     ],
 )
 def test_mysql_url_refusals(url, says):
-    assert says in refused(base(mysql__url=url))
+    assert says in refused(config_dict(mysql__url=url))
 
 
 def test_accepted_urls():
     for url in (URL, "mariadb+pymysql://sink@h/shop", f"{URL}?connect_timeout=5"):
-        assert config_from_dict(base(mysql__url=url)).mysql.url == url
+        assert config_from_dict(config_dict(mysql__url=url)).mysql.url == url
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_accepted_urls():
     ],
 )
 def test_spark_conf_refuses_keys_that_hold_secrets(key):
-    line = refused(base(job={"checkpoint": "c", "spark_conf": {key: SECRET}}))
+    line = refused(config_dict(job={"checkpoint": "c", "spark_conf": {key: SECRET}}))
     assert line.startswith(f"job.spark_conf: '{key}' may hold a secret")
 
 
@@ -73,7 +73,7 @@ def test_spark_conf_takes_ordinary_settings():
     chain = "software.amazon.awssdk.auth.credentials.ContainerCredentialsProvider"
     settings = {"spark.sql.shuffle.partitions": 4, provider: chain}
     job = {"checkpoint": "c", "spark_conf": settings}
-    assert config_from_dict(base(job=job)).job.spark_conf == {
+    assert config_from_dict(config_dict(job=job)).job.spark_conf == {
         "spark.sql.shuffle.partitions": "4",
         provider: chain,
     }
@@ -89,10 +89,10 @@ POSITIVE = [
 
 def with_duration(section: str, key: str, value):
     if section == "mysql":
-        return base(**{f"mysql__{key}": value})
+        return config_dict(**{f"mysql__{key}": value})
     if section == "restart":
-        return base(job={"checkpoint": "c", "restart": {key: value}})
-    return base(job={"checkpoint": "c", key: value})
+        return config_dict(job={"checkpoint": "c", "restart": {key: value}})
+    return config_dict(job={"checkpoint": "c", key: value})
 
 
 @pytest.mark.parametrize(
@@ -125,10 +125,12 @@ def test_negative_and_endless_durations_are_refused(section, key, value):
 
 def test_zero_is_a_duration_where_it_means_at_once():
     c = config_from_dict(
-        base(job={"checkpoint": "c", "stop_timeout": 0, "restart": {"delay": 0}})
+        config_dict(job={"checkpoint": "c", "stop_timeout": 0, "restart": {"delay": 0}})
     )
     assert c.job.stop_timeout == 0 and c.job.restart.delay == 0
-    assert "job.trigger" in refused(base(job={"checkpoint": "c", "trigger": "-1s"}))
+    assert "job.trigger" in refused(
+        config_dict(job={"checkpoint": "c", "trigger": "-1s"})
+    )
 
 
 def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
@@ -150,7 +152,7 @@ def test_a_byte_order_mark_is_not_a_mistake(tmp_path):
 def test_a_password_file_that_is_not_utf8_is_one_line(tmp_path):
     path = tmp_path / "pw"
     path.write_bytes(b"p\xe4ss\xff\n")
-    config = config_from_dict(base(mysql__password_file=str(path)))
+    config = config_from_dict(config_dict(mysql__password_file=str(path)))
     with pytest.raises(ConfigError, match="is not UTF-8 text") as info:
         mysql_password(config.mysql)
     assert "\n" not in str(info.value) and "p\xe4ss" not in str(info.value)
@@ -174,7 +176,7 @@ JAAS = (
 )
 def test_source_options_refuse_secrets_and_name_the_way_out(key, value):
     source = {**KAFKA, "options": {"subscribe": "t", key: value}}
-    line = refused(base(source=source))
+    line = refused(config_dict(source=source))
     assert line.startswith(f"source.options: {key!r} holds a secret"), line
     assert f'source.options_env ({{ "{key}" = "VARIABLE" }})' in line
 
@@ -185,7 +187,7 @@ def test_source_secrets_come_from_the_environment_when_the_query_starts(monkeypa
         "options": {"subscribe": "t", "kafka.ssl.key.location": "/etc/k.pem"},
         "options_env": {"kafka.sasl.jaas.config": "TEST_KAFKA_JAAS"},
     }
-    config = config_from_dict(base(source=source))
+    config = config_from_dict(config_dict(source=source))
     monkeypatch.delenv("TEST_KAFKA_JAAS", raising=False)
     with pytest.raises(ConfigError) as unset:
         config.source.reader_options()
@@ -201,5 +203,5 @@ def test_source_secrets_come_from_the_environment_when_the_query_starts(monkeypa
     }
     both = {**source, "options": {"kafka.sasl.jaas.config": "x"}}
     assert "'kafka.sasl.jaas.config' is in both options and options_env" in refused(
-        base(source=both)
+        config_dict(source=both)
     )

@@ -21,7 +21,12 @@ from obstore.exceptions import (
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from wal_sink.config import MysqlConfig
-from wal_sink.errors import CheckpointResetError, TerminalError, TransientError
+from wal_sink.errors import (
+    CheckpointResetError,
+    RetryStopped,
+    TerminalError,
+    TransientError,
+)
 from wal_sink.mysql.errors import is_row_error, is_transient, mysql_error
 from wal_sink.protocol.recovery import (
     KnownBatches,
@@ -30,7 +35,7 @@ from wal_sink.protocol.recovery import (
     groups,
     pending_batches,
 )
-from wal_sink.protocol.retry import OutageBudget, RetryStopped
+from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.source import scaled_rate_limits
 from wal_sink.wal.storage_errors import storage_error

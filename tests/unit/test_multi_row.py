@@ -1,13 +1,11 @@
 """The multi-row upsert's statement, built from SQLAlchemy's own rendering of the
 row path's upsert (no MySQL needed: the dialect renders it)."""
 
-from types import SimpleNamespace
-
 import pyarrow as pa
 import pytest
 from sqlalchemy import BigInteger, Column, MetaData, String, Table
-from sqlalchemy.dialects.mysql import pymysql
 
+from tests.helpers import dialect_connection
 from wal_sink.config import MysqlConfig
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.upsert import build_upsert
@@ -26,22 +24,11 @@ MYSQL = MysqlConfig(
 )
 
 
-def connection(server_version=(10, 11, 0)):
-    """What the statement needs of a connection: its dialect, as the engine's."""
-    dialect = pymysql.dialect(paramstyle="pyformat")
-    dialect.server_version_info = server_version
-    dialect.is_mariadb = server_version[0] == 10
-    dialect._requires_alias_for_on_duplicate_key = (
-        not dialect.is_mariadb and server_version >= (8, 0, 20)
-    )
-    return SimpleNamespace(dialect=dialect)
-
-
 @pytest.mark.parametrize("server", [(10, 11, 0), (8, 0, 36)])
 def test_statement_is_the_row_paths_upsert_with_its_values_list_rendered(server):
     columns = ["odd)name", "amount", "k", "my label"]
     upsert = build_upsert(TABLE, columns, MYSQL)
-    multi = MultiRowUpsert(connection(server), upsert, columns)
+    multi = MultiRowUpsert(dialect_connection(server), upsert, columns)
     assert multi.columns == ["k", "amount", "my label", "odd)name"]  # table order
     assert multi.prefix == (
         "INSERT INTO totals (k, amount, `my label`, `odd)name`) VALUES "
@@ -68,7 +55,7 @@ def test_a_percent_sign_in_a_name_is_sent_once(server):
     without parameters, so it is undoubled as the driver would."""
     columns = ["k", "per%cent"]
     upsert = build_upsert(TABLE, columns, MYSQL)
-    multi = MultiRowUpsert(connection(server), upsert, columns)
+    multi = MultiRowUpsert(dialect_connection(server), upsert, columns)
     assert multi.prefix == "INSERT INTO totals (k, `per%cent`) VALUES "
     assert multi.postfix.endswith("`per%cent` = values(totals.`per%cent`)")
     assert "%%" not in multi.prefix + multi.postfix
@@ -77,7 +64,7 @@ def test_a_percent_sign_in_a_name_is_sent_once(server):
 def test_statement_fetches_nothing_back_from_a_server_with_returning():
     """MariaDB 10.5+ has INSERT ... RETURNING: the statement must not ask for the
     upserted keys back (it did once, and the commit ratio fell from 0.81 to 0.62)."""
-    conn = connection((10, 11, 0))
+    conn = dialect_connection((10, 11, 0))
     conn.dialect.insert_returning = True  # as the dialect sets it for such a server
     columns = ["k", "amount"]
     multi = MultiRowUpsert(conn, build_upsert(TABLE, columns, MYSQL), columns)

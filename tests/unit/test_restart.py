@@ -1,7 +1,7 @@
 """Restart strategies decide from failures alone; a fake clock drives failure-rate."""
 
 from wal_sink.config import RestartConfig
-from wal_sink.spark.restart import RestartPolicy
+from wal_sink.job.restart import RestartPolicy
 
 
 def test_fixed_delay_allows_exactly_its_attempts():

@@ -1,4 +1,4 @@
-"""Row isolation (driver_rows.isolating) without MySQL: the bisection finds exactly
+"""Row isolation (row_by_row.isolating) without MySQL: the bisection finds exactly
 the rows a statement refuses, sets each aside once with its reason, applies every
 other row once and in order, and leaves errors that are not a row's to the
 transaction. The savepoints are a stand-in connection's here; tests/integration
@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from wal_sink.protocol.driver_rows import isolating
+from wal_sink.protocol.row_by_row import isolating
 from wal_sink.wal.quarantine import Entry
 
 STMT = text("INSERT")  # never executed: the stand-in reads only the rows

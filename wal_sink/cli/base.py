@@ -1,5 +1,6 @@
-"""What every ``wal-sink`` command shares: the consoles, the exit codes, one-line
-errors, and the sink instance its config describes."""
+"""What every ``wal-sink`` command shares: the consoles, one-line errors with the
+contract's exit codes (exit_status.py), and the sink instance its config
+describes."""
 
 from __future__ import annotations
 
@@ -14,14 +15,12 @@ from rich.console import Console
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, load_config
-from wal_sink.errors import ConfigError, WalSinkError
+from wal_sink.errors import WalSinkError
+from wal_sink.exit_status import FAILED, exit_code
 from wal_sink.mysql.errors import mysql_error
 
 if TYPE_CHECKING:
     from wal_sink.protocol.sink_instance import SinkInstance
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -34,12 +33,10 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except ConfigError as e:
-            fail(str(e), EXIT_USAGE)
         except WalSinkError as e:
-            fail(str(e), EXIT_FAILED)
+            fail(str(e), exit_code(e))
         except DBAPIError as e:
-            fail(str(mysql_error(e)), EXIT_FAILED)
+            fail(str(mysql_error(e)), FAILED)
 
     return wrapper
 

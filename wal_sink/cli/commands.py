@@ -14,21 +14,21 @@ import logging
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from wal_sink.cli.base import EXIT_FAILED, err, out
+from wal_sink.cli.base import err, out
 from wal_sink.cli.base import fail as _fail
 from wal_sink.cli.base import one_line_errors as _one_line_errors
 from wal_sink.cli.base import open_sink as _instance
+from wal_sink.cli.follow import follow as follow_command
+from wal_sink.cli.purge import purge as purge_command
 from wal_sink.cli.quarantine import quarantine as quarantine_group
 from wal_sink.cli.render import (
     applied_counts,
     ids,
     quarantine_table,
     rows_table,
-    size,
     status_table,
 )
-from wal_sink.durations import parse_duration
-from wal_sink.exit_status import exit_now
+from wal_sink.exit_status import FAILED, exit_now
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -106,7 +106,7 @@ def status(
 
     Example: wal-sink -c conf/local.toml status --watch --interval 5
     """
-    from wal_sink.protocol.status import collect_status
+    from wal_sink.ops.status import collect_status
 
     if interval is not None and not watch:
         raise click.UsageError("--interval goes with --watch")
@@ -138,15 +138,10 @@ def recover(ctx: click.Context) -> None:
 
     Example: wal-sink -c conf/local.toml recover
     """
-    from wal_sink.protocol.recovery import check_commit_log
-    from wal_sink.protocol.spark_commit_log import committed_before_start
+    from wal_sink.ops.recover import recover_sink
 
     with _instance(ctx) as sink:
-        committed = committed_before_start(sink.config)
-        sink.start()
-        if committed is not None:
-            check_commit_log(sink.sink_id, *committed, sink.known)
-        results = sink.recover()
+        results = recover_sink(sink)
     if not results:
         out.print("nothing to recover: every staged batch has an ack")
     for r in results:
@@ -181,7 +176,7 @@ def replay(
 
     Example: wal-sink -c conf/local.toml replay --from 10 --to 12 --force --dry-run
     """
-    from wal_sink.protocol.replay import plan_replay, run_replay
+    from wal_sink.ops.replay import plan_replay, run_replay
 
     if first > last:
         raise click.UsageError(f"--from {first} is after --to {last}")
@@ -207,7 +202,7 @@ def replay(
             )
             err.print(f"warning: {warning}")
             if not dry_run and not yes and not click.confirm("Continue?", err=True):
-                _fail("replay cancelled; nothing changed", EXIT_FAILED)
+                _fail("replay cancelled; nothing changed", FAILED)
         if dry_run or not plan.apply:
             return
         with Progress(
@@ -236,200 +231,6 @@ def replay(
             f"batch {r.batch_id}: "
             + (applied_counts(r) if r.applied else "already applied, skipped")
         )
-
-
-@main.command()
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(1, 65535),
-    help="Serve Prometheus metrics on this port (default: job.metrics_port).",
-)
-@click.pass_context
-@_one_line_errors
-def follow(ctx: click.Context, metrics_port: int | None) -> None:
-    """Apply staged batches to MySQL as they appear in the WAL, until SIGTERM.
-
-    The MySQL side of format("wal_sink"): recovers unacked batches first, then
-    applies each new one in batch order with its ack row. Takes the lease: a
-    running job or follower of this sink is fenced and stops. SIGTERM (or Ctrl-C)
-    applies what is staged, for up to job.stop_timeout, and exits 0; a second one
-    exits at once, leaving the rest staged.
-
-    Example: wal-sink -c conf/local.toml follow
-    """
-    from wal_sink.protocol.follower import Follower
-    from wal_sink.protocol.retry import RetryStopped
-
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
-    logging.getLogger("wal_sink").setLevel(logging.INFO)
-    with _instance(ctx) as sink:
-        follower = Follower(sink)
-        on_signal(follower)
-        job = sink.config.job
-        port = metrics_port or (job.metrics_port if job else None)
-        if port is not None:
-            host = job.metrics_host if job else "0.0.0.0"
-            sink.metrics.serve(port, host)
-            logging.getLogger("wal_sink.follow").info(
-                "metrics at http://%s:%d/metrics", host, port
-            )
-        try:
-            follower.run()
-        except RetryStopped as e:  # a second signal while MySQL was unreachable
-            logging.getLogger("wal_sink.follow").warning("%s", e)
-
-
-def on_signal(follower) -> None:
-    """SIGTERM or SIGINT: stop after applying what is staged; a second: at once."""
-    import signal
-
-    def handle(signum: int, frame: object) -> None:
-        if follower.stopping:
-            follower.stop_now()
-        else:
-            follower.stop()
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
-
-
-@main.command()
-@click.option("--before", type=click.IntRange(min=0), help="Batches with id < N.")
-@click.option(
-    "--older-than", "older_than", help="Batches acked longer ago, e.g. '7 days'."
-)
-@click.option(
-    "--dry-run", is_flag=True, help="Say what would be removed; change nothing."
-)
-@click.option(
-    "--vacuum",
-    "do_vacuum",
-    is_flag=True,
-    help="Also delete unreferenced files (purged batches, crash leftovers).",
-)
-@click.option(
-    "--quarantine-older-than",
-    "quarantine_older_than",
-    help="Also remove quarantine entries set aside longer ago, open ones included, "
-    "e.g. '30 days'. Without it only retried entries of the purged batches go.",
-)
-@click.option(
-    "--retain",
-    default="1 hour",
-    show_default=True,
-    help="--vacuum keeps unreferenced files younger than this (in whole hours, "
-    "rounded up); at least wal.min_vacuum_retention (default 1 hour), and above "
-    "your slowest stage while a job runs.",
-)
-@click.pass_context
-@_one_line_errors
-def purge(
-    ctx: click.Context,
-    before: int | None,
-    older_than: str | None,
-    dry_run: bool,
-    do_vacuum: bool,
-    retain: str,
-    quarantine_older_than: str | None,
-) -> None:
-    """Remove acked batches from the WAL; batches without an ack are never removed.
-
-    Retried quarantine entries of those batches go too; open ones only with
-    --quarantine-older-than. With [cdc] and a version column, also tombstones
-    older than cdc.tombstone_retention.
-
-    Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
-    """
-    from wal_sink.protocol.purge import (
-        PurgePlan,
-        check_retention,
-        expire_tombstones,
-        plan_purge,
-    )
-    from wal_sink.protocol.quarantine_purge import (
-        execute_quarantine_purge,
-        plan_quarantine_purge,
-    )
-
-    if (before is not None and older_than is not None) or (
-        before is None and older_than is None and quarantine_older_than is None
-    ):
-        raise click.UsageError(
-            "give one of --before N or --older-than DURATION, and/or "
-            "--quarantine-older-than DURATION"
-        )
-    try:
-        age = parse_duration(older_than) if older_than is not None else None
-        retain_seconds = parse_duration(retain)
-        quarantine_age = (
-            parse_duration(quarantine_older_than)
-            if quarantine_older_than is not None
-            else None
-        )
-    except ValueError as e:
-        raise click.UsageError(str(e)) from None
-    with _instance(ctx) as sink:
-        if do_vacuum:  # before any purge work
-            check_retention(sink.config.wal, retain, retain_seconds)
-        if not dry_run:  # purge commits to the WAL beside a running job
-            sink.claim_tables()
-        verb = "would remove" if dry_run else "removing"
-        if before is None and age is None:
-            plan = PurgePlan((), (), 0, 0)
-        else:
-            plan = plan_purge(sink, before=before, older_than=age)
-            out.print(
-                f"{verb} {len(plan.remove)} acked batch(es), {plan.rows} rows, "
-                f"{size(plan.bytes)}" + (f": {ids(plan.remove)}" if plan.remove else "")
-            )
-        if plan.kept_unacked:
-            out.print(
-                f"keeping unacked batch(es) {ids(plan.kept_unacked)}: "
-                "run `wal-sink recover` to apply them"
-            )
-        expired = expire_tombstones(sink, dry_run)
-        if expired is not None:
-            out.print(
-                f"{'would remove' if dry_run else 'removed'} {expired} tombstone(s) "
-                f"older than {sink.config.cdc.tombstone_retention}"
-            )
-        entries = plan_quarantine_purge(sink, plan.remove, quarantine_age)
-        if entries.entries or quarantine_age is not None:
-            out.print(
-                f"{verb} {entries.entries} quarantine entr(ies): "
-                f"{len(entries.retried)} retried of the purged batches"
-                + (
-                    f", {entries.older} set aside before {quarantine_older_than} ago "
-                    f"({entries.older_open} of them open)"
-                    if quarantine_age is not None
-                    else ""
-                )
-            )
-        if not dry_run and entries.entries:
-            dropped = execute_quarantine_purge(sink, entries)
-            out.print(f"dropped {dropped} retry row(s) of removed entries")
-        if not sink.wal.exists() or (dry_run and not do_vacuum):
-            return
-        from wal_sink.protocol.purge import execute_purge
-        from wal_sink.wal.maintenance import vacuum
-
-        if not dry_run and plan.remove:
-            forgotten = execute_purge(sink, plan)
-            out.print(f"dropped {forgotten} ack row(s) of purged batches")
-        if do_vacuum:
-            result = vacuum(
-                sink.wal.path,
-                sink.wal.storage,
-                retain_seconds,
-                sink_id=sink.sink_id,
-                dry_run=dry_run,
-            )
-            verb = "vacuum would free" if dry_run else "vacuum freed"
-            out.print(f"{verb} {size(result.bytes)} in {result.files} file(s)")
 
 
 @main.command()
@@ -467,7 +268,7 @@ def inspect(
         if batch is None:
             _fail(
                 f"batch {batch_id} is not in the WAL (never staged, or purged)",
-                EXIT_FAILED,
+                FAILED,
             )
         rows = sink.wal.head(batch, limit)
     out.print(rows_table(batch, rows))
@@ -488,7 +289,7 @@ def quarantine_batch(ctx: click.Context, batch_id: int, yes: bool) -> None:
 
     Example: wal-sink -c conf/local.toml quarantine-batch 42
     """
-    from wal_sink.protocol.quarantine_batch import plan_set_aside, set_aside_batch
+    from wal_sink.ops.quarantine_batch import plan_set_aside, set_aside_batch
 
     with _instance(ctx) as sink:
         plan = plan_set_aside(sink, batch_id)
@@ -498,10 +299,10 @@ def quarantine_batch(ctx: click.Context, batch_id: int, yes: bool) -> None:
             f"{where} and the batch is acked as quarantined; it is never applied"
         )
         if not yes and not click.confirm(f"Set batch {batch_id} aside?", err=True):
-            _fail("quarantine-batch cancelled; nothing changed", EXIT_FAILED)
+            _fail("quarantine-batch cancelled; nothing changed", FAILED)
         result = set_aside_batch(sink, plan)
     if not result.applied:
-        _fail(f"batch {batch_id} has an ack already; nothing changed", EXIT_FAILED)
+        _fail(f"batch {batch_id} has an ack already; nothing changed", FAILED)
     out.print(
         f"batch {batch_id}: {result.quarantined} row(s) set aside, acked as quarantined"
     )
@@ -519,6 +320,8 @@ def config_schema_command() -> None:
     click.echo(json.dumps(config_schema(), indent=2, sort_keys=True))
 
 
+main.add_command(follow_command)
+main.add_command(purge_command)
 main.add_command(quarantine_group)
 
 

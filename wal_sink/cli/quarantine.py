@@ -11,16 +11,9 @@ from pathlib import Path
 
 import click
 
-from wal_sink.cli.base import (
-    EXIT_FAILED,
-    EXIT_USAGE,
-    err,
-    fail,
-    one_line_errors,
-    open_sink,
-    out,
-)
+from wal_sink.cli.base import err, fail, one_line_errors, open_sink, out
 from wal_sink.cli.render import entries_table, ids
+from wal_sink.exit_status import FAILED, USAGE
 
 BATCH = click.option(
     "--batch",
@@ -70,7 +63,7 @@ def list_command(
 
     Example: wal-sink -c conf/local.toml quarantine list --batch 42 --json
     """
-    from wal_sink.protocol.quarantine_entries import list_entries
+    from wal_sink.ops.quarantine_entries import list_entries
 
     with open_sink(ctx) as sink:
         listed = list_entries(
@@ -110,8 +103,8 @@ def retry(
 
     Example: wal-sink -c conf/local.toml quarantine retry --reason 1452 --dry-run
     """
-    from wal_sink.protocol.quarantine_entries import WHY_NOT
-    from wal_sink.protocol.quarantine_retry import plan_retry, run_retry
+    from wal_sink.ops.quarantine_entries import WHY_NOT
+    from wal_sink.ops.quarantine_retry import plan_retry, run_retry
 
     with open_sink(ctx) as sink:
         plan = plan_retry(sink, batch_id=batch_id, reason=reason)
@@ -131,7 +124,7 @@ def retry(
         if not yes and not click.confirm(
             f"Apply {plan.entries} record(s) to {table}?", err=True
         ):
-            fail("retry cancelled; nothing changed", EXIT_FAILED)
+            fail("retry cancelled; nothing changed", FAILED)
         results = run_retry(sink, plan)
     failed: dict[str, str] = {}
     for r in results:
@@ -153,7 +146,7 @@ def retry(
         fail(
             f"{len(failed)} record(s) were refused again and stay open with their new "
             "reason (wal-sink quarantine list); the others are applied",
-            EXIT_FAILED,
+            FAILED,
         )
 
 
@@ -177,10 +170,10 @@ def export(
 
     Example: wal-sink -c conf/local.toml quarantine export --to bad.jsonl
     """
-    from wal_sink.protocol.quarantine_entries import RAW_TEXT, list_entries
+    from wal_sink.ops.quarantine_entries import RAW_TEXT, list_entries
 
     if path != "-" and os.path.exists(path):
-        fail(f"{path} exists: give another --to, or remove it", EXIT_USAGE)
+        fail(f"{path} exists: give another --to, or remove it", USAGE)
     with open_sink(ctx) as sink:
         listed = list_entries(
             sink,
@@ -198,9 +191,9 @@ def export(
     try:
         _write_whole(Path(path), "".join(lines))
     except FileExistsError:
-        fail(f"{path} exists: give another --to, or remove it", EXIT_USAGE)
+        fail(f"{path} exists: give another --to, or remove it", USAGE)
     except OSError as e:
-        fail(f"cannot write {path}: {e.strerror}", EXIT_USAGE)
+        fail(f"cannot write {path}: {e.strerror}", USAGE)
     raw = sum(e.is_open and e.kind == RAW_TEXT for e in listed)
     say(f"exported {len(lines)} open record(s) to {path} ({raw} raw text)")
 

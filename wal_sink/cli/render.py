@@ -8,9 +8,9 @@ from typing import Any
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from wal_sink.ops.quarantine_entries import ListedEntry
+from wal_sink.ops.status import SinkStatus
 from wal_sink.protocol.committer import CommitResult
-from wal_sink.protocol.quarantine_entries import ListedEntry
-from wal_sink.protocol.status import SinkStatus
 from wal_sink.wal.model import StagedBatch
 
 

@@ -23,8 +23,8 @@ from rich.text import Text
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.errors import WalSinkError
+from wal_sink.ops.status import SinkStatus, collect_status
 from wal_sink.protocol.sink_instance import SinkInstance
-from wal_sink.protocol.status import SinkStatus, collect_status
 
 
 @dataclass(frozen=True)

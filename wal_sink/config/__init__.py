@@ -1,4 +1,5 @@
-"""The TOML contract: its sections (sections.py) and reading a file (loading.py)."""
+"""The TOML contract: its sections (sections.py, mysql_section.py), the values they
+are made of (values.py), and reading a file (loading.py)."""
 
 from wal_sink.config.loading import (
     config_from_dict,
@@ -6,13 +7,13 @@ from wal_sink.config.loading import (
     load_config,
     mysql_password,
 )
+from wal_sink.config.mysql_section import MysqlConfig
 from wal_sink.config.sections import (
     RESERVED_PREFIX,
     SPARK_LOG_LEVELS,
     CdcConfig,
     Config,
     JobConfig,
-    MysqlConfig,
     RestartConfig,
     SinkConfig,
     SourceConfig,

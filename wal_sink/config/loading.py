@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from wal_sink.config.mysql_section import MysqlConfig
 from wal_sink.config.sections import (
     CdcConfig,
     Config,
     JobConfig,
-    MysqlConfig,
     RestartConfig,
     SinkConfig,
     SourceConfig,

@@ -1,76 +1,48 @@
 """The sections of the TOML contract (docs/configuration.md) as frozen pydantic
 dataclasses: each field's type, default and one-line docstring are written once;
 validation, the JSON Schema and the generated configuration reference follow from
-them. Relative paths are resolved here, once, against the base directory the loader
-passes in."""
+them. The field types they are made of are values.py's; the [mysql] section is
+mysql_section.py's."""
 
 from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BeforeValidator,
-    ConfigDict,
     Field,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic.dataclasses import dataclass
 
+from wal_sink.config.mysql_section import MysqlConfig
 from wal_sink.config.values import (
+    IDENTIFIER,
+    SECTION,
+    Count,
     DurationText,
+    Identifier,
+    Location,
+    Positive,
     PositiveDurationText,
     PositiveSeconds,
     Seconds,
-    mysql_url,
+    Text,
 )
 from wal_sink.errors import ConfigError
 from wal_sink.storage import CREDENTIAL, Storage, is_s3
 
 SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RESERVED_PREFIX = "_wal_"
-TOMBSTONE_SUFFIX = "_tombstones"
 # Source options that hold a secret: a password or secret by name, or a JAAS
 # configuration with a password in it (Kafka's sasl.jaas.config).
 SECRET_OPTION = re.compile(r"(password|secret)$", re.IGNORECASE)
 SECRET_VALUE = re.compile(r"password\s*=", re.IGNORECASE)
 SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
-SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-def _identifier(value: str) -> str:
-    if not IDENTIFIER.match(value):
-        raise ValueError(
-            f"{value!r} is not a plain SQL name (letters, digits and '_', at most 64, "
-            "not starting with a digit)"
-        )
-    return value
-
-
-def _location(value: str, info: ValidationInfo) -> str:
-    """A URI or an absolute path as given; a relative path under the base directory,
-    the config file's (the one place relative paths are resolved)."""
-    if "://" in value or os.path.isabs(value):
-        return value
-    base = (info.context or {}).get("base_dir", Path.cwd())
-    return str((Path(base) / value).resolve())
-
-
-Identifier = Annotated[str, AfterValidator(_identifier)]
-Location = Annotated[str, Field(min_length=1), AfterValidator(_location)]
-Text = Annotated[str, Field(min_length=1)]
-Positive = Annotated[int, Field(gt=0, strict=True)]
-Count = Annotated[int, Field(ge=0, strict=True)]
-
-
-def _one_or_many(value: Any) -> Any:
-    return [value] if isinstance(value, str) else value
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -179,93 +151,6 @@ class WalConfig:
     min_vacuum_retention: Seconds = 3600.0
     """Floor of `purge --vacuum --retain`: a stage in progress has files younger than
     itself, so keep this above the slowest stage (default one hour)."""
-
-
-@dataclass(frozen=True, config=SECTION)
-class MysqlConfig:
-    url: str
-    """SQLAlchemy URL without a password, e.g. mysql+pymysql://sink@host:3306/db."""
-    table: Identifier
-    """Target table; must be InnoDB."""
-    key: Annotated[
-        tuple[Identifier, ...], BeforeValidator(_one_or_many), Field(min_length=1)
-    ]
-    """Columns of the target's PRIMARY KEY or a UNIQUE key."""
-    merge: dict[Identifier, Literal["overwrite", "add", "keep"]] = Field(
-        default_factory=dict
-    )
-    """Per-column policy: overwrite (default) | add | keep."""
-    version_column: Identifier | None = None
-    """Rows update overwrite columns only when their version is >= the stored one."""
-    unique_conflicts: Literal["refuse", "quarantine"] = "refuse"
-    """Another unique index the stream writes: refuse to start, or set aside records
-    that would reach another row through it."""
-    tombstone_table: Identifier | None = None
-    """With [cdc] and version_column: deleted keys and versions (default: the target
-    table's name + "_tombstones")."""
-    password_env: Text = "WAL_SINK_MYSQL_PASSWORD"
-    """Environment variable holding the password."""
-    password_file: Location | None = None
-    """File holding the password (first line), used when set instead of the env; a
-    relative path is taken from the config file's directory."""
-    ack_table: Identifier = "wal_sink_ack"
-    """One row per applied batch, written in the batch's own transaction."""
-    lease_table: Identifier = "wal_sink_lease"
-    """One row per sink holding the fencing epoch."""
-    outbox_table: Identifier = "wal_sink_outbox"
-    """Rows set aside, written in the batch's transaction, until they reach the
-    quarantine Delta table."""
-    retry_table: Identifier = "wal_sink_retry"
-    """Quarantine entries `wal-sink quarantine retry` applied, or tried and saw fail
-    again: one row per entry, written in the retry's own transaction."""
-    tls: dict[
-        Literal[
-            "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert", "ssl_verify_identity"
-        ],
-        Any,
-    ] = Field(default_factory=dict)
-    """TLS options passed to PyMySQL."""
-    local_infile: Annotated[bool, Field(strict=True)] = False
-    """Upsert chunks with LOAD DATA LOCAL INFILE + one INSERT … SELECT (MariaDB, needs
-    the server's local_infile); falls back to multi-row INSERTs when refused."""
-    outage_budget: PositiveSeconds = 300.0
-    """How long a batch transaction (and the start-up) keeps retrying transient
-    errors — MySQL down, failing over, deadlocks — before the query fails."""
-    retry_backoff: PositiveSeconds = 0.5
-    """Wait before the first retry; doubles each time, with jitter."""
-    retry_backoff_max: PositiveSeconds = 10.0
-    """Cap of the wait between two retries."""
-    max_transaction_rows: Positive = 200_000
-    """Consecutive staged batches share one transaction while their rows stay
-    under this; a larger batch still gets a transaction of its own."""
-    read_timeout: PositiveSeconds = 600.0
-    """How long to wait for a server reply before the connection counts as lost."""
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, url: str) -> str:
-        return mysql_url(url)
-
-    @property
-    def tombstones(self) -> str:
-        """The tombstone table's name (used with [cdc] and a version column)."""
-        return self.tombstone_table or f"{self.table}{TOMBSTONE_SUFFIX}"
-
-    @model_validator(mode="after")
-    def _columns(self) -> MysqlConfig:
-        for column in self.merge:
-            if column in self.key:
-                raise ValueError(
-                    f"mysql.merge.{column}: a key column cannot have a merge policy"
-                )
-        if self.version_column in self.merge:
-            raise ValueError(
-                f"mysql.merge.{self.version_column}: the version column cannot have "
-                "a merge policy"
-            )
-        if self.version_column in self.key:
-            raise ValueError("mysql.version_column cannot be a key column")
-        return self
 
 
 @dataclass(frozen=True, config=SECTION)

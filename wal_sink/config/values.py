@@ -1,18 +1,58 @@
-"""Config values checked beyond their type: durations (a number of seconds or text,
+"""Config values checked beyond their type, which the sections are made of: plain
+SQL names, locations (relative paths are resolved here, once, against the base
+directory the loader passes in), counts, durations (a number of seconds or text,
 bounded) and the MySQL URL (the driver, no password, PyMySQL's own options)."""
 
 from __future__ import annotations
 
 import inspect
+import os
+import re
+from pathlib import Path
 from typing import Annotated, Any
 
 import pymysql
-from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+)
 from sqlalchemy.engine import make_url
 
 from wal_sink.durations import parse_duration
 
+SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+"""Every section's pydantic config: unknown keys are refused."""
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MAX_SECONDS = 365 * 86400.0
+
+
+def _identifier(value: str) -> str:
+    if not IDENTIFIER.match(value):
+        raise ValueError(
+            f"{value!r} is not a plain SQL name (letters, digits and '_', at most 64, "
+            "not starting with a digit)"
+        )
+    return value
+
+
+def _location(value: str, info: ValidationInfo) -> str:
+    """A URI or an absolute path as given; a relative path under the base directory,
+    the config file's (the one place relative paths are resolved)."""
+    if "://" in value or os.path.isabs(value):
+        return value
+    base = (info.context or {}).get("base_dir", Path.cwd())
+    return str((Path(base) / value).resolve())
+
+
+Identifier = Annotated[str, AfterValidator(_identifier)]
+Location = Annotated[str, Field(min_length=1), AfterValidator(_location)]
+Text = Annotated[str, Field(min_length=1)]
+Positive = Annotated[int, Field(gt=0, strict=True)]
+Count = Annotated[int, Field(ge=0, strict=True)]
 
 
 def _seconds(value: Any) -> float:

@@ -2,9 +2,9 @@
 kernels rather than value by value in Python: the tab-separated lines of LOAD DATA,
 and the rows of a multi-row INSERT's VALUES list.
 
-Rendering every value through the driver was most of the committer's time. Only
-types with an unambiguous text form are rendered here (``renderable``); for anything
-else the callers let the driver render values one by one.
+Rendering every value through PyMySQL was most of the committer's time. Only types
+with an unambiguous text form are rendered here (``renderable``); for anything else
+the callers go row by row, and PyMySQL renders values one by one.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """The fast path for upserts (``mysql.local_infile = true``): a chunk is loaded with
-``LOAD DATA LOCAL INFILE`` into a session temporary table, then applied with one
-set-based ``INSERT … SELECT … ON DUPLICATE KEY UPDATE`` in staged order — inside
-the batch's own transaction, next to its ack row, so every invariant holds.
+``LOAD DATA LOCAL INFILE`` into a session temporary table (the load table), then
+applied with one set-based ``INSERT … SELECT … ON DUPLICATE KEY UPDATE`` in staged
+order — inside the batch's own transaction, next to its ack row, so every invariant
+holds.
 
 It spares the client from rendering every value into SQL text, which is where the
 row path spends most of its time. LOAD DATA LOCAL turns data errors into warnings
-(the server cannot stop the client's file), so the staging table holds every value
+(the server cannot stop the client's file), so the load table holds every value
 as text — nothing to convert, nothing to truncate — and any warning still sends the
 chunk to the row path. The conversion into the target's types happens in the
 INSERT … SELECT, where strict mode keeps errors errors. It needs the server's
@@ -55,11 +56,11 @@ class BulkLoader:
     ) -> None:
         self.target = target
         self.columns = list(columns)
-        self.staging_name = (
+        self.load_table = (
             f"_wal_sink_load_{zlib.crc32(f'{sink_id}/{target.name}'.encode())}"
         )
-        staging = table(self.staging_name, *[column(c) for c in columns])
-        source = select(*[staging.c[c] for c in columns]).order_by(
+        loaded = table(self.load_table, *[column(c) for c in columns])
+        source = select(*[loaded.c[c] for c in columns]).order_by(
             literal_column(ROW_COLUMN)
         )
         stmt = insert(target).from_select(self.columns, source)
@@ -89,7 +90,7 @@ class BulkLoader:
         if chunk.num_rows == 0:
             return 0
         quote = conn.dialect.identifier_preparer.quote
-        staging = quote(self.staging_name)
+        load_table = quote(self.load_table)
         names = ", ".join(quote(c) for c in self.columns)
         # utf8mb4 as the file is, whatever the database's default character set:
         # in latin1 a 4-byte character would only warn and send the chunk elsewhere.
@@ -99,10 +100,10 @@ class BulkLoader:
         # Dropped and created per chunk: no DELETE of the last chunk's rows, server
         # temp space bounded by a chunk. Neither statement ends the transaction when
         # the table is TEMPORARY. The key on the row number spares a sort.
-        conn.execute(text(f"DROP TEMPORARY TABLE IF EXISTS {staging}"))
+        conn.execute(text(f"DROP TEMPORARY TABLE IF EXISTS {load_table}"))
         conn.execute(
             text(
-                f"CREATE TEMPORARY TABLE {staging} ({text_columns}, "
+                f"CREATE TEMPORARY TABLE {load_table} ({text_columns}, "
                 f"{ROW_COLUMN} BIGINT NOT NULL PRIMARY KEY) ENGINE=InnoDB"
             )
         )
@@ -113,7 +114,7 @@ class BulkLoader:
             try:
                 with conn.connection.dbapi_connection.serving(path):
                     conn.exec_driver_sql(
-                        f"LOAD DATA LOCAL INFILE %s INTO TABLE {staging} CHARACTER "
+                        f"LOAD DATA LOCAL INFILE %s INTO TABLE {load_table} CHARACTER "
                         "SET utf8mb4 FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\'"
                         " LINES TERMINATED BY '\\n'"
                         f" ({names}, {ROW_COLUMN})",

@@ -3,8 +3,8 @@
 executemany would build, without rendering every value in Python first.
 
 A chunk it cannot render exactly (a type without a text form here, NaN or infinity)
-is left to the driver; a chunk MySQL rejects goes back to the caller, which
-isolates the rejected rows value by value.
+is left to the row-by-row path; a chunk MySQL rejects goes back to the caller,
+which isolates the rejected rows value by value.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class MultiRowUpsert:
     def for_schema(
         cls, conn: Connection, upsert: Insert, columns: Sequence[str], schema: pa.Schema
     ) -> MultiRowUpsert | None:
-        """The fast statement for these columns, or None to leave it to the driver."""
+        """The fast statement for these columns, or None: row by row instead."""
         if not renderable(schema):
             return None
         try:

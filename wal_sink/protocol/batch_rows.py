@@ -3,7 +3,7 @@ the commit, docs/protocol.md), in staged order and in bounded chunks.
 
 A chunk goes as multi-row INSERTs rendered in Arrow (or through LOAD DATA with
 ``mysql.local_infile``); one that cannot be rendered exactly, or that MySQL rejects,
-goes value by value through the driver (driver_rows.py). Rows MySQL cannot be sent
+goes row by row, value by value (row_by_row.py). Rows MySQL cannot be sent
 (screen.py), rows with a null key, NaN or infinity, and rows whose values MySQL
 rejects (isolated under savepoints by bisecting the chunk) are set aside for the
 quarantine; the rest of the batch is applied.
@@ -18,7 +18,6 @@ batches costs fewer round trips.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor, wait
@@ -31,9 +30,7 @@ from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config
-from wal_sink.errors import first_line
-from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
-from wal_sink.mysql.errors import is_row_error
+from wal_sink.mysql.bulk_load import BulkLoader
 from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
@@ -41,8 +38,8 @@ from wal_sink.mysql.target_profile import deletes_may_fail
 from wal_sink.mysql.unique_keys import AnotherRow
 from wal_sink.mysql.upsert import build_delete, build_update, build_upsert
 from wal_sink.mysql.write_checks import check_writes
-from wal_sink.protocol.chunk_path import ChunkPath, Decision, decide
-from wal_sink.protocol.driver_rows import (
+from wal_sink.protocol.chunk_path import AppliedRows, ChunkPaths, Decision
+from wal_sink.protocol.row_by_row import (
     drop_non_finite,
     drop_null_keys,
     isolating,
@@ -76,9 +73,8 @@ class RowApplier:
         self.sink_id = config.sink.id
         self._target: Table | None = None
         self._screen: Screen | None = None
-        self._bulk_load_allowed = True
-        self._render = True
-        """The session of the batch being applied reads rendered text exactly."""
+        self.paths = ChunkPaths(self.sink_id, config.mysql.key)
+        """Which way each chunk goes, and the ladder down when one fails it."""
         self._by_schema: list[_Statements] = []
         self._another_row: AnotherRow | None = None
         self.versioned = (
@@ -100,9 +96,8 @@ class RowApplier:
 
     def apply(
         self, conn: Connection, batch: StagedBatch, on_chunk: ChunkCallback | None
-    ) -> tuple[int, int, int, list[Entry]]:
-        """Apply the batch in staged order; return (upserted, deleted, skipped as
-        stale, set aside)."""
+    ) -> AppliedRows:
+        """Apply the batch in staged order."""
         chunks = self.wal.read_batch(batch, self.config.wal.chunk_rows)
         return self.apply_chunks(conn, chunks, batch.rows, on_chunk)
 
@@ -113,12 +108,11 @@ class RowApplier:
         total: int,
         on_chunk: ChunkCallback | None = None,
         stream: Sequence[str] | None = None,
-    ) -> tuple[int, int, int, list[Entry]]:
+    ) -> AppliedRows:
         """Apply ``chunks`` (``total`` rows of the stream's columns, or of some of
-        ``stream``'s) in order, as a staged batch's; return (upserted, deleted,
-        skipped as stale, set aside). What the target may take is checked against
-        ``stream`` (default: each chunk's columns)."""
-        self._render = renders_exactly(conn, self.sink_id)
+        ``stream``'s) in order, as a staged batch's. What the target may take is
+        checked against ``stream`` (default: each chunk's columns)."""
+        self.paths.render = renders_exactly(conn, self.sink_id)
         rows = deleted = skipped = done = 0
         bad: list[Entry] = []
         chunk_rows = self.config.wal.chunk_rows
@@ -127,33 +121,36 @@ class RowApplier:
             chunk = screened.chunk
             bad.extend(screened.set_aside)
             found = self._statements(conn, chunk.schema, stream)
-            # Decided ahead unless its schema was new, and again if LOAD DATA was
-            # refused since (on this thread, after the prefetch decided).
-            decision = (
-                ahead
-                if ahead is not None
-                and ahead.holds(self._render, self._bulk_load_allowed)
-                else self._decide(found, chunk, self._bulk_load_allowed)
+            applied = self.paths.apply(
+                conn, chunk, found, ahead, lambda: self._row_by_row(conn, found, chunk)
             )
-            applied = self._apply_decided(conn, chunk, found, decision)
-            if applied is not None:
-                rows += applied
-            else:
-                for piece, stale, invalid in self._pieces(conn, found, chunk):
-                    skipped += stale
-                    bad += invalid
-                    upserted, removed = self._apply_rows(conn, found, piece, bad)
-                    rows += upserted
-                    deleted += removed
+            rows += applied.upserted
+            deleted += applied.deleted
+            skipped += applied.skipped
+            bad += applied.set_aside
             done += screened.read
             if on_chunk is not None:
                 on_chunk(done, total)
-        return rows, deleted, skipped, bad
+        return AppliedRows(rows, deleted, skipped, bad)
+
+    def _row_by_row(
+        self, conn: Connection, found: _Statements, chunk: pa.RecordBatch
+    ) -> AppliedRows:
+        """The chunk row by row, value by value: the last way down."""
+        rows = deleted = skipped = 0
+        bad: list[Entry] = []
+        for piece, stale, invalid in self._pieces(conn, found, chunk):
+            skipped += stale
+            bad += invalid
+            upserted, removed = self._apply_rows(conn, found, piece, bad)
+            rows += upserted
+            deleted += removed
+        return AppliedRows(rows, deleted, skipped, bad)
 
     def _pieces(
         self, conn: Connection, found: _Statements, chunk: pa.RecordBatch
     ) -> Iterator[tuple[list[dict[str, Any]], int, list[Entry]]]:
-        """The chunk's rows for the driver, with how many were dropped as stale and
+        """The chunk's rows as Python values, with how many were dropped as stale and
         the rows set aside doing so: whole, or with versioned CDC in pieces of one
         tombstone read each (each read once the piece before it is applied)."""
         values = python_rows(chunk)
@@ -171,7 +168,7 @@ class RowApplier:
         values: list[dict[str, Any]],
         bad: list[Entry],
     ) -> tuple[int, int]:
-        """Rows the driver renders, in order, in runs of upserts and deletes;
+        """Rows applied row by row, in order, in runs of upserts and deletes;
         returns (upserted, deleted)."""
         mysql, cdc = self.config.mysql, self.config.cdc
         rows = deleted = 0
@@ -289,19 +286,6 @@ class RowApplier:
             self._another_row = AnotherRow(self.target(), self.config.mysql.key)
         return self._another_row.reason(conn, row, e) or refused(conn, row, e)
 
-    def _decide(
-        self, found: _Statements, chunk: pa.RecordBatch, bulk_load: bool
-    ) -> Decision:
-        return decide(
-            chunk,
-            self.config.mysql.key,
-            found.multi,
-            found.loader,
-            render=self._render,
-            bulk_load=bulk_load,
-            unsigned_adds=found.unsigned_adds,
-        )
-
     def _decide_ahead(self, screened: Screened) -> Decision | None:
         """On the prefetch thread: the chunk's way (its statements rendered on the
         multi-row path); None when its schema's statements are not built yet (that
@@ -309,69 +293,7 @@ class RowApplier:
         found = self._known(screened.chunk.schema)
         if found is None:
             return None
-        return self._decide(found, screened.chunk, self._bulk_load_allowed)
-
-    def _apply_decided(
-        self,
-        conn: Connection,
-        chunk: pa.RecordBatch,
-        found: _Statements,
-        decision: Decision,
-    ) -> int | None:
-        """Apply a chunk rendered in Arrow as ``decision`` says (LOAD DATA, else
-        multi-row INSERTs); None means: let the driver render it value by value,
-        which quarantines null keys and isolates rows MySQL rejects."""
-        if decision.path is ChunkPath.BULK_LOAD:
-            applied = self._attempt(conn, found.loader.apply, chunk)
-            if applied is not None:
-                return applied
-            decision = self._decide(found, chunk, bulk_load=False)
-        if decision.path is not ChunkPath.MULTI_ROW:
-            return None
-        statements = decision.statements
-        apply = functools.partial(found.multi.apply, statements=statements)
-        if len(statements) > 1:
-            return self._attempt(conn, apply, chunk)
-        # One statement needs no savepoint: InnoDB (preflight) undoes a failed
-        # statement's effects by itself, and the transaction goes on.
-        try:
-            return apply(conn, chunk)
-        except DBAPIError as e:
-            if not is_row_error(e):
-                raise  # the transaction is retried whole
-            return None
-
-    def _attempt(
-        self,
-        conn: Connection,
-        apply: Callable[[Connection, pa.RecordBatch], int],
-        chunk: pa.RecordBatch,
-    ) -> int | None:
-        """``apply`` under a savepoint; None when it refused or MySQL rejected a row."""
-        savepoint = conn.begin_nested()
-        try:
-            applied = apply(conn, chunk)
-        except BulkLoadRefused as e:
-            savepoint.rollback()
-            self._bulk_load_allowed = False
-            log.warning(
-                "sink %s: LOAD DATA LOCAL INFILE refused (%s); using multi-row "
-                "INSERTs instead. Set local_infile=1 on the server, or "
-                "mysql.local_infile = false",
-                self.sink_id,
-                first_line(e),
-            )
-            return None
-        except BulkLoadWarned:
-            savepoint.rollback()
-            return None
-        except DBAPIError as e:
-            if not is_row_error(e):
-                raise  # the transaction is retried whole
-            savepoint.rollback()
-            return None
-        savepoint.commit()
-        return applied
+        return self.paths.decide(screened.chunk, found)
 
 
 @dataclass(frozen=True)
@@ -380,7 +302,7 @@ class _Statements:
 
     schema: pa.Schema
     upsert: Insert
-    """Executed by the driver, value by value (the fallback and CDC path)."""
+    """Executed row by row, value by value (the fallback and CDC path)."""
     multi: MultiRowUpsert | None
     loader: BulkLoader | None
     delete: Delete | None

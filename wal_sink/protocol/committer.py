@@ -42,6 +42,7 @@ from wal_sink.mysql.lease import check as check_lease
 from wal_sink.mysql.row_screen import CUT, RECORD_CUT, row_record
 from wal_sink.mysql.tables import APPLIED, QUARANTINED
 from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
+from wal_sink.protocol.chunk_path import AppliedRows
 from wal_sink.protocol.parts import SinkParts
 from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.stop_signal import StopSignal
@@ -82,6 +83,21 @@ class CommitResult:
     """Time of the transaction that applied it (shared by its group)."""
     skipped: int = 0
     """CDC upserts a newer delete made stale: not applied, not quarantined."""
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """One batch of a group's transaction, before COMMIT."""
+
+    batch_id: int
+    ack: Ack | None
+    """The ack row found: the batch was applied already (or by an earlier attempt
+    of this call whose COMMIT reply was lost). None when this transaction applies
+    it."""
+    rows: int = 0
+    deleted: int = 0
+    quarantined: int = 0
+    skipped: int = 0
 
 
 class Committer:
@@ -230,7 +246,7 @@ class Committer:
         ids = [b.batch_id if isinstance(b, StagedBatch) else b for b in batches]
         first, last = ids[0], ids[-1]
         started = time.monotonic()
-        results: list[tuple[int, Ack | None, int, int, int, int]] = []
+        results: list[_Outcome] = []
         try:
             with self.engine.connect() as conn, conn.begin():
                 # Step 1. Fencing.
@@ -247,7 +263,7 @@ class Committer:
                 for batch_id, wanted in zip(ids, batches):
                     ack = acked.get(batch_id)
                     if ack is not None and (ack.apply_id in tried or not force):
-                        results.append((batch_id, ack, 0, 0, 0, 0))
+                        results.append(_Outcome(batch_id, ack))
                         continue
                     if ack is not None:
                         self.acks.remove(conn, batch_id)
@@ -267,17 +283,19 @@ class Committer:
                             batch_id=batch.batch_id,
                         )
                     if set_aside:
-                        rows = deleted = skipped = 0
+                        applied = AppliedRows()
                         put = self._put_whole_batch(conn, batch, apply_id)
                     else:
-                        rows, deleted, skipped, bad = self.rows.apply(
-                            conn, batch, on_chunk
-                        )
-                        self.outbox.put(conn, apply_id, batch_id, bad)
-                        put = len(bad)
+                        applied = self.rows.apply(conn, batch, on_chunk)
+                        self.outbox.put(conn, apply_id, batch_id, applied.set_aside)
+                        put = len(applied.set_aside)
                     self._outbox_filled |= bool(put)
+                    rows, deleted = applied.upserted, applied.deleted
+                    skipped = applied.skipped
                     self.acks.complete(conn, batch_id, rows, deleted, put, skipped)
-                    results.append((batch_id, None, rows, deleted, put, skipped))
+                    results.append(
+                        _Outcome(batch_id, None, rows, deleted, put, skipped)
+                    )
                     faults.hit("commit.before_commit", batch_id)
                 # Step 4. COMMIT (leaving the block).
             faults.hit("commit.after_commit", last)
@@ -304,19 +322,27 @@ class Committer:
             put += len(entries)
         return put
 
-    def _result(self, outcome, tried: set[str], seconds: float) -> CommitResult:
-        batch_id, ack, rows, deleted, quarantined, skipped = outcome
+    def _result(
+        self, outcome: _Outcome, tried: set[str], seconds: float
+    ) -> CommitResult:
+        batch_id, ack = outcome.batch_id, outcome.ack
         if ack is None:
             log.debug(
                 "sink %s batch %s applied: %s rows, %s deleted, %s quarantined",
                 self.sink_id,
                 batch_id,
-                rows,
-                deleted,
-                quarantined,
+                outcome.rows,
+                outcome.deleted,
+                outcome.quarantined,
             )
             return CommitResult(
-                batch_id, True, rows, deleted, quarantined, seconds, skipped
+                batch_id,
+                True,
+                outcome.rows,
+                outcome.deleted,
+                outcome.quarantined,
+                seconds,
+                outcome.skipped,
             )
         if ack.apply_id in tried:  # an earlier attempt committed; its reply was lost
             return CommitResult(

@@ -28,11 +28,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from sqlalchemy.exc import DBAPIError
-
-from wal_sink.errors import CheckpointResetError, TransientError, first_line
-from wal_sink.mysql import lease
-from wal_sink.mysql.errors import is_transient, mysql_error
+from wal_sink.errors import (
+    CheckpointResetError,
+    RetryStopped,
+    TransientError,
+)
 from wal_sink.protocol.pipeline import (
     Applied,
     Handoff,
@@ -40,8 +40,9 @@ from wal_sink.protocol.pipeline import (
     describe,
     record_applied,
 )
-from wal_sink.protocol.retry import OutageBudget, RetryStopped
+from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.protocol.stop_signal import drain_within
 from wal_sink.storage import is_s3
 from wal_sink.wal.applied_position import AppliedPosition
 from wal_sink.wal.log_tail import LogTail, LogVersion
@@ -53,7 +54,6 @@ OBJECT_STORE_POLL = 0.5
 """Seconds between two polls of the WAL's log."""
 HEARTBEAT = 30.0
 """Seconds between two checks of the lease (and publications of the position)."""
-DRAIN_STEP = 0.25
 STOP_TIMEOUT = 30.0
 """On stop, how long the committer may apply what is staged, without [job] (whose
 stop_timeout says it otherwise)."""
@@ -236,19 +236,9 @@ class Follower:
         """Check the lease (a fenced follower stops) and publish the position
         again (it may have been overwritten by one that was fenced). While MySQL
         is unreachable neither happens."""
-        try:
-            with self.instance.engine.connect() as conn:
-                lease.check(
-                    conn,
-                    self.instance.tables.lease,
-                    self.sink_id,
-                    self.instance.epoch,
-                    lock=False,
-                )
-        except DBAPIError as e:
-            if not is_transient(e):
-                raise mysql_error(e, sink_id=self.sink_id) from e
-            log.info("sink %s: lease not checked: %s", self.sink_id, first_line(e.orig))
+        unconfirmed = self.instance.check_lease()
+        if unconfirmed is not None:
+            log.info("sink %s: lease not checked: %s", self.sink_id, unconfirmed)
             return
         self._publish(again=True)
 
@@ -262,16 +252,10 @@ class Follower:
         return pending
 
     def _drain(self, pipeline: Pipeline) -> int:
-        started = self.clock()
-        while True:
-            pipeline.check()
-            timeout = self.stop_timeout
-            if pipeline.pending and (
-                self.stop_signal.now
-                or (timeout is not None and self.clock() - started > timeout)
-            ):
-                return self._left(pipeline.pending)
-            if pipeline.drain(DRAIN_STEP):
-                break
+        left = drain_within(
+            pipeline, self.stop_signal, lambda: self.stop_timeout, clock=self.clock
+        )
+        if left:
+            return self._left(left)
         log.info("sink %s: stopped; every staged batch is applied", self.sink_id)
         return 0

@@ -16,16 +16,12 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from wal_sink.config import MysqlConfig
-from wal_sink.errors import TerminalError, TransientError
+from wal_sink.errors import RetryStopped, TransientError
 from wal_sink.protocol.stop_signal import StopSignal
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class RetryStopped(TerminalError):
-    """A stop was requested while waiting to retry; the work stays undone."""
 
 
 class OutageBudget:

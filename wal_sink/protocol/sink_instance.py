@@ -27,7 +27,7 @@ from wal_sink.protocol.batch_rows import RowApplier
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.parts import SinkParts
 from wal_sink.protocol.pipeline import Applied, Pipeline
-from wal_sink.protocol.quarantine_entries import quarantine_counts
+from wal_sink.protocol.quarantine_counts import quarantine_counts
 from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
 from wal_sink.protocol.stop_signal import StopSignal
@@ -121,6 +121,28 @@ class SinkInstance:
                 raise mysql_error(e, sink_id=self.sink_id) from e
             return
         self._checked_columns.add(written)
+
+    def check_lease(self, batch_id: int | None = None) -> str | None:
+        """Check that this instance still holds the lease: FencedError once a newer
+        one took it. While MySQL cannot be reached to say (a transient error), the
+        reason it could not, and the caller goes on unconfirmed: nobody can take
+        the lease from a MySQL that is down, and were MySQL only cut off from this
+        instance, its COMMIT is still fenced (I6). None once confirmed."""
+        try:
+            with self.engine.connect() as conn:
+                lease.check(
+                    conn,
+                    self.tables.lease,
+                    self.sink_id,
+                    self.epoch,
+                    lock=False,
+                    batch_id=batch_id,
+                )
+        except DBAPIError as e:
+            if not is_transient(e):
+                raise mysql_error(e, sink_id=self.sink_id, batch_id=batch_id) from e
+            return first_line(e.orig)
+        return None
 
     def check_owners(self) -> list[tuple[DeltaTable, str, str]]:
         """Refuse (ConfigError) a WAL or quarantine table another sink owns (I9);

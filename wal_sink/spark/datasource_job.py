@@ -1,66 +1,32 @@
-"""The job with ``job.writer = "datasource"``: its query stages through
-``format("wal_sink")`` and a follower child process (follower_child.py) applies
-staged batches to MySQL, as the foreachBatch path's committer thread does.
-
-Each attempt starts a follower, which takes the lease and recovers unacked batches
-while the query starts (the data source's backpressure holds the query back until
-the follower has caught up). SIGTERM stops the query and tells the follower to
-apply what is staged within ``job.stop_timeout``; a second SIGTERM tells it to stop
-at once; ``--available-now`` lets it apply everything staged. A follower that exits
-stops the job like a committer failure: a configuration error (2) or a terminal
-one (3) at once, a spent outage budget (1) through the restart strategy. Errors
-the data source raised in the query (fenced, a reset checkpoint) are found in the
-query's failure and are terminal too.
-"""
+"""The Spark side of the job with ``job.writer = "datasource"``: its query stages
+through ``format("wal_sink")``, and the follower process applies behind it (the
+applying side, without Spark: job/follower_path.py)."""
 
 from __future__ import annotations
 
-import logging
-import re
 import time
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from wal_sink import errors
-from wal_sink.config import Config
-from wal_sink.errors import ConfigError, TerminalError, WalSinkError
+from wal_sink.job.follower_path import FollowerPath
 from wal_sink.protocol.sink_instance import SinkInstance
-from wal_sink.protocol.stop_signal import StopSignal
+from wal_sink.protocol.stop_signal import drain_within
 from wal_sink.spark.datasource import NAME
-from wal_sink.spark.follower_child import (
-    EXIT_CONFIG,
-    EXIT_STOPPED,
-    EXIT_TERMINAL,
-    FollowerChild,
-)
 from wal_sink.spark.sink import check_stream
 
-log = logging.getLogger("wal_sink.job")
-
-SINK_ERROR = re.compile(r"wal_sink\.errors\.(\w+): (.+)")
-CLOSE_SECONDS = 30.0
+TRIGGER_POLL = 0.05
+"""How often a stop looks whether the trigger in progress has ended."""
 
 
-class FollowerFailed(WalSinkError):
-    """The follower exited on a failure a restart may cure (its line is above)."""
-
-
-class DataSourcePath:
-    def __init__(self, config: Config, config_path: str, stop: StopSignal) -> None:
-        self.config = config
-        self.stop = stop
-        self.config_path = str(Path(config_path).resolve())
-        self.follower: FollowerChild | None = None
-
+class DataSourcePath(FollowerPath):
     def start(self, spark: SparkSession, frame: DataFrame) -> None:
         instance = SinkInstance(self.config)  # no lease: the follower takes it
         try:
             check_stream(instance, frame.schema)
         finally:
             instance.close()
-        self.follower = FollowerChild(self.config_path)
+        self.start_follower()
 
     def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
         return writer.format(NAME).option("config", self.config_path)
@@ -68,70 +34,39 @@ class DataSourcePath:
     def fold_parse_errors(self, frame: DataFrame) -> bool:
         return False  # the data source stages the query's rows as they come
 
-    def check(self) -> None:
-        code = self.follower.poll()
-        if code is not None:
-            raise _exit_error(code)
-
     def stop_between_batches(self, queries: list[StreamingQuery]) -> None:
         """Let the trigger in progress end (for up to ``job.stop_timeout``, or
         until a second SIGTERM), then stop the queries: stopping one mid-batch
         interrupts Spark's tasks and Python workers, and the batch is run again at
         the next start (nothing is lost, but work is)."""
-        deadline = time.monotonic() + self.config.job.stop_timeout
-        while any(q.isActive and q.status["isTriggerActive"] for q in queries):
-            if self.stop.now or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        drain_within(
+            TriggersInProgress(queries),
+            self.stop,
+            lambda: self.config.job.stop_timeout,
+            step=TRIGGER_POLL,
+        )
         for query in queries:
             query.stop()
 
-    def finish(self, stop: StopSignal) -> int:
-        """The query ended: the follower applies what is staged — all of it when
-        draining, for up to ``job.stop_timeout`` on SIGTERM (the follower keeps
-        the time), nothing more after a second SIGTERM — and exits."""
-        follower = self.follower
-        follower.command("stop" if stop.stopping else "drain")
-        while (code := follower.wait(0.25)) is None:
-            if stop.stopping and "stop" not in follower.sent:
-                follower.command("stop")  # SIGTERM while draining
-            if stop.now and "now" not in follower.sent:
-                follower.command("now")
-        if code != EXIT_STOPPED:
-            raise _exit_error(code)
-        log.info("query finished: %s", "stopped" if stop.stopping else "drained")
-        return EXIT_STOPPED
 
-    def cause(self, error: BaseException) -> BaseException:
-        """The data source's own error, when the query failed on one: its class
-        and line are in the Python traceback the query's failure carries."""
-        found = SINK_ERROR.findall(str(error))
-        if found:
-            name, line = found[-1]
-            kind = getattr(errors, name, None)
-            if isinstance(kind, type) and issubclass(kind, WalSinkError):
-                return kind(line.strip())
-        return error
+class TriggersInProgress:
+    """The queries' triggers in progress, as ``drain_within`` waits for them."""
 
-    def close(self) -> None:
-        """A follower still running (the query failed, or the job is leaving) is
-        told to stop now; what it has not applied stays staged."""
-        follower = self.follower
-        if follower is None or follower.poll() is not None:
-            return
-        follower.command("now")
-        started = time.monotonic()
-        if follower.wait(CLOSE_SECONDS) is None:
-            log.warning(
-                "the follower did not stop within %.0fs of being told; killed",
-                time.monotonic() - started,
-            )
-            follower.kill()
+    def __init__(self, queries: list[StreamingQuery]) -> None:
+        self.queries = queries
 
+    @property
+    def pending(self) -> int:
+        return sum(q.isActive and q.status["isTriggerActive"] for q in self.queries)
 
-def _exit_error(code: int) -> WalSinkError:
-    if code == EXIT_CONFIG:
-        return ConfigError("the follower stopped on a configuration error (above)")
-    if code == EXIT_TERMINAL:
-        return TerminalError("the follower stopped on the error above")
-    return FollowerFailed(f"the follower exited with code {code}")
+    def check(self) -> None:
+        pass
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Poll until no trigger is in progress, for up to ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.pending:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(TRIGGER_POLL)
+        return True

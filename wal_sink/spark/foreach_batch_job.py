@@ -1,24 +1,24 @@
-"""The job with ``job.writer = "foreach_batch"`` (the default): foreachBatch stages
-each batch through the WalSink (BatchRunner, one log line per batch) and the sink's
-committer thread applies staged batches behind Spark, logging each again."""
+"""The Spark side of the job with ``job.writer = "foreach_batch"`` (the default):
+foreachBatch stages each batch through the WalSink (BatchRunner, one log line per
+batch) and the sink's committer thread applies staged batches behind Spark, logging
+each again (the applying side, without Spark: job/committer_path.py)."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from wal_sink.config import Config
 from wal_sink.errors import StopRequested
+from wal_sink.job.committer_path import CommitterPath
 from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.pipeline import Applied, describe
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.parse_errors import ParseFold, can_fold
 from wal_sink.spark.sink import WalSink, check_stream
-from wal_sink.spark.sink_path import EXIT_OK
 from wal_sink.spark.staging import Laps
 
 log = logging.getLogger("wal_sink.job")
@@ -96,13 +96,13 @@ def log_applied(applied: Applied) -> None:
     log.info("%s", describe(applied))
 
 
-class ForeachBatchPath:
-    """foreachBatch stages (BatchRunner), the sink's committer thread applies."""
+class ForeachBatchPath(CommitterPath):
+    """foreachBatch stages (BatchRunner), the sink's committer thread applies
+    (the applying side, without Spark: job/committer_path.py)."""
 
     def __init__(self, config: Config, stop: StopSignal, metrics: SinkMetrics) -> None:
-        self.config = config
-        self.sink = WalSink(config, on_applied=log_applied, stop=stop, metrics=metrics)
-        self.runner = BatchRunner(self.sink, stop)
+        sink = WalSink(config, on_applied=log_applied, stop=stop, metrics=metrics)
+        super().__init__(config, sink, BatchRunner(sink, stop))
 
     def start(self, spark: SparkSession, frame: DataFrame) -> None:
         # The query's columns, checked against the target before the lease.
@@ -125,36 +125,8 @@ class ForeachBatchPath:
         self.runner.fold = ParseFold(self.config)
         return True
 
-    def check(self) -> None:
-        self.sink.check()  # a committer failure stops the job, even when idle
-
     def stop_between_batches(self, queries: list[StreamingQuery]) -> None:
         # A batch waiting for room gives up (the pipeline reads the stop signal).
         self.runner.wait_for_batch_in_progress()
         for query in queries:
             query.stop()
-
-    def finish(self, stop: StopSignal) -> int:
-        """Let the committer apply what is staged — all of it when draining, for up
-        to ``job.stop_timeout`` on SIGTERM, nothing more after a second SIGTERM —
-        then say how it ended."""
-        sink = self.sink
-        started = time.monotonic()
-        while not sink.drain(0.25):
-            sink.check()
-            waited = time.monotonic() - started
-            if stop.now or (stop.stopping and waited > self.config.job.stop_timeout):
-                log.warning(
-                    "stopped with %d staged batch(es) not yet applied; the next "
-                    "start applies them",
-                    sink.pending,
-                )
-                return EXIT_OK
-        log.info("query finished: %s", "stopped" if stop.stopping else "drained")
-        return EXIT_OK
-
-    def cause(self, error: BaseException) -> BaseException:
-        return self.runner.failure or self.sink.failure or error
-
-    def close(self) -> None:
-        self.sink.close(timeout=0)

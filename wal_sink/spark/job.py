@@ -1,34 +1,34 @@
-"""The streaming job's supervisor: source -> transform -> the sink's query (and, for
-parsed sources, the parse-error query beside it), restarted by a strategy.
+"""The streaming job's Spark side: the session's settings, the SIGTERM handlers
+(stop.py), and each attempt's queries — source -> transform -> the sink's query
+(and, for parsed sources, the parse-error query beside it) — which the supervisor
+(job/supervisor.py) runs and restarts.
 
-Each attempt goes through a SinkPath (sink_path.py): foreachBatch with the
-committer thread behind it (foreach_batch_job.py) or ``format("wal_sink")`` with a
-follower process (datasource_job.py). The path takes the lease, checks the
-checkpoint and applies unacked batches (recovery) before the query starts from its
-checkpoint. SIGTERM stops the query after the batch in progress and lets the path
-apply what is staged (stop.py). Exit codes: 0 done (drained, or stopped), 1 failed
-(the restart strategy gave up, or a terminal error), 2 configuration error.
+Each attempt goes through a SinkPath: foreachBatch with the committer thread behind
+it (foreach_batch_job.py) or ``format("wal_sink")`` with a follower process
+(datasource_job.py); SparkPath is what the queries ask of its Spark side.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from wal_sink.config import Config
 from wal_sink.durations import parse_duration
-from wal_sink.errors import ConfigError, TerminalError, first_line
+from wal_sink.errors import ConfigError
+from wal_sink.job.restart import RestartPolicy
+from wal_sink.job.sink_path import SinkPath
+from wal_sink.job.supervisor import supervise
 from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.recovery import check_checkpoint
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.checkpoint import last_planned_batch
 from wal_sink.spark.foreach_batch_job import ForeachBatchPath
 from wal_sink.spark.parse_errors import ParseErrorRunner
-from wal_sink.spark.restart import RestartPolicy
-from wal_sink.spark.sink_path import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, SinkPath
 from wal_sink.spark.source import (
     CORRUPT_COLUMN,
     corrupt_records,
@@ -46,6 +46,27 @@ PARSE_CHECKPOINT_SUFFIX = "_parse_errors"
 # compete with the sink's own (a 100-row trigger: about 300 ms, as long as the
 # sink's). With rate limits scaled alike it keeps up with the same stream.
 PARSE_TRIGGER_FACTOR = 10
+
+
+class SparkPath(SinkPath, Protocol):
+    """What an attempt's queries ask of its SinkPath's Spark side."""
+
+    def start(self, spark: SparkSession, frame: DataFrame) -> None:
+        """Before the query over ``frame`` starts: refuse a stream the target cannot
+        take as configured (check_stream), then lease, checkpoint check and
+        recovery."""
+
+    def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
+        """The sink on the query's writer."""
+
+    def fold_parse_errors(self, frame: DataFrame) -> bool:
+        """Whether this path sets a parsed source's unparseable records aside in
+        the sink's own batches (parse_errors.py), its query running over the raw
+        source; else a parse-error query runs beside it."""
+
+    def stop_between_batches(self, queries: list[StreamingQuery]) -> None:
+        """SIGTERM (the stop signal says stop taking batches): let the batch in
+        progress end, then stop the queries."""
 
 
 def start_query(
@@ -76,7 +97,7 @@ def start_query(
 def start_queries(
     spark: SparkSession,
     config: Config,
-    path: SinkPath,
+    path: SparkPath,
     checkpoint: str,
     available_now: bool,
     frame: DataFrame,
@@ -128,6 +149,51 @@ def start_queries(
     return queries
 
 
+class JobQueries:
+    """One attempt's queries (Queries, job/sink_path.py): the source read, the
+    sink's query through ``path`` and, for parsed sources, the parse-error query
+    beside it."""
+
+    def __init__(
+        self, spark: SparkSession, config: Config, path: SparkPath, available_now: bool
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.path = path
+        self.available_now = available_now
+        self.queries: list[StreamingQuery] = []
+
+    def start(self) -> None:
+        spark, config = self.spark, self.config
+        source = read_source(spark, config)
+        frame = streaming_frame(spark, config, source)
+        self.path.start(spark, frame)
+        self.queries = start_queries(
+            spark,
+            config,
+            self.path,
+            config.job.checkpoint,
+            self.available_now,
+            frame,
+            source,
+        )
+
+    def running(self, seconds: float) -> bool:
+        if not any(q.isActive for q in self.queries):
+            return False
+        for query in self.queries:
+            query.awaitTermination(seconds)  # raises if the query failed
+        return True
+
+    def stop_between_batches(self) -> None:
+        self.path.stop_between_batches(self.queries)
+
+    def stop(self) -> None:
+        for query in self.queries:
+            if query.isActive:
+                query.stop()
+
+
 def run_job(
     config: Config,
     *,
@@ -163,64 +229,15 @@ def run_job(
             config.job.metrics_host,
             config.job.metrics_port,
         )
-    while True:
-        path: SinkPath
+
+    def attempt() -> tuple[SparkPath, JobQueries]:
+        path: SparkPath
         if datasource:
             from wal_sink.spark.datasource_job import DataSourcePath
 
             path = DataSourcePath(config, config_path, stop)
         else:
             path = ForeachBatchPath(config, stop, metrics)
-        queries: list[StreamingQuery] = []
-        try:
-            source = read_source(spark, config)
-            frame = streaming_frame(spark, config, source)
-            path.start(spark, frame)
-            queries = start_queries(
-                spark,
-                config,
-                path,
-                config.job.checkpoint,
-                available_now,
-                frame,
-                source,
-            )
-            while any(q.isActive for q in queries):
-                for query in queries:
-                    query.awaitTermination(0.25)  # raises if the query failed
-                path.check()
-                if stop.stopping:
-                    path.stop_between_batches(queries)
-            return path.finish(stop)
-        except ConfigError as e:
-            log.error("%s", e)
-            return EXIT_CONFIG
-        except TerminalError as e:
-            log.error("%s", e)
-            return EXIT_FAILED
-        except Exception as e:  # StreamingQueryException, TransientError, lost MySQL
-            cause = path.cause(e)
-            if stop.stopping and not isinstance(cause, TerminalError):
-                return path.finish(stop)
-            if isinstance(cause, TerminalError):
-                log.error("%s", cause)
-                return EXIT_CONFIG if isinstance(cause, ConfigError) else EXIT_FAILED
-            reason = first_line(cause)
-            if not policy.allow_restart():
-                log.error(
-                    "query failed: %s; restart strategy %r gives up",
-                    reason,
-                    config.job.restart.strategy,
-                )
-                return EXIT_FAILED
-            metrics.restarts.inc()
-            log.warning(
-                "query failed: %s; %s in %.0fs", reason, policy.describe(), policy.delay
-            )
-            if stop.wait(policy.delay):  # SIGTERM while waiting to restart
-                return EXIT_OK
-        finally:
-            for query in queries:
-                if query.isActive:
-                    query.stop()
-            path.close()
+        return path, JobQueries(spark, config, path, available_now)
+
+    return supervise(attempt, stop, policy, metrics)

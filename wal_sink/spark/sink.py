@@ -26,13 +26,10 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, MapType, StructType
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, load_config
-from wal_sink.errors import CheckpointResetError, FencedError, first_line
+from wal_sink.errors import CheckpointResetError, FencedError
 from wal_sink.metrics import SinkMetrics
-from wal_sink.mysql import lease
-from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.mysql.row_screen import check_json_targets
 from wal_sink.mysql.target import reflect_target
 from wal_sink.protocol.committer import CommitResult
@@ -256,26 +253,16 @@ class WalSink(SinkInstance):
         MySQL only cut off from this instance, what it stages is still fenced at
         COMMIT (I6) and staged once per batch id (I4)."""
         try:
-            with self.engine.connect() as conn:
-                lease.check(
-                    conn,
-                    self.tables.lease,
-                    self.sink_id,
-                    self.epoch,
-                    lock=False,
-                    batch_id=batch_id,
-                )
+            unconfirmed = self.check_lease(batch_id)
         except FencedError:
             self.metrics.lease_held.set(0)
             raise
-        except DBAPIError as e:
-            if not is_transient(e):
-                raise mysql_error(e, sink_id=self.sink_id, batch_id=batch_id) from e
+        if unconfirmed is not None:
             log.warning(
                 "sink %s batch %s: staging without confirming the lease: %s",
                 self.sink_id,
                 batch_id,
-                first_line(e.orig),
+                unconfirmed,
             )
 
     def _guard_first_batch(self, batch_id: int) -> None:

@@ -1,6 +1,6 @@
-"""SIGTERM to the job (docs/protocol.md, on stop): the signal handling, which sets
-the job's stop signal (protocol/stop_signal.py) that the sink, its committer and the
-BatchRunner read.
+"""SIGTERM to the job (docs/protocol.md, on stop): the signal handlers, Python's
+and the JVM's, which feed one signal counter (protocol/stop_signal.py) that sets
+the job's stop signal, which the sink, its committer and the BatchRunner read.
 
 The first SIGTERM stops taking batches after the one in progress and lets the
 committer apply what is staged, for up to ``job.stop_timeout``; a second SIGTERM
@@ -10,7 +10,8 @@ staged in the WAL for the next start.
 Under spark-submit the driver JVM is the parent process and gets the signal too; its
 default handler would run the shutdown hooks and stop Spark mid-batch. The JVM's TERM
 handler is therefore replaced by one that only records the signal. A signal sent to
-the whole process group reaches both processes: the two count as one.
+the whole process group reaches both processes: the two count as one
+(SignalCounter's ``same_within``).
 """
 
 from __future__ import annotations
@@ -18,25 +19,25 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections.abc import Callable
 
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import SparkSession
 
-from wal_sink.protocol.stop_signal import StopSignal
+from wal_sink.protocol.stop_signal import SAME_SIGNAL_SECONDS, SignalCounter, StopSignal
 
 log = logging.getLogger("wal_sink.job")
-
-SAME_SIGNAL_SECONDS = 1.0
 
 
 class GracefulStop:
     """Counts SIGTERMs (Python's and the JVM's) into ``stop``: the first asks it to
     stop taking batches, the second to stop now."""
 
-    def __init__(self, stop: StopSignal) -> None:
+    def __init__(
+        self, stop: StopSignal, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.stop = stop
-        self.signals = 0
-        self._last_signal = float("-inf")
+        self.counter = SignalCounter(stop, SAME_SIGNAL_SECONDS, clock)
 
     def install(self, spark: SparkSession) -> None:
         signal.signal(signal.SIGTERM, lambda signum, frame: self.record())
@@ -46,16 +47,11 @@ class GracefulStop:
         jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal("TERM"), self._jvm_handler)
 
     def record(self) -> None:
-        now = time.monotonic()
-        if now - self._last_signal > SAME_SIGNAL_SECONDS:
-            self.signals += 1
-            if self.signals == 1:
-                log.info("SIGTERM: stopping after the current batch")
-                self.stop.stop_taking_batches()
-            else:
-                log.warning("second SIGTERM: stopping now; staged batches stay staged")
-                self.stop.stop_now()
-        self._last_signal = now
+        counted = self.counter.record()
+        if counted == 1:
+            log.info("SIGTERM: stopping after the current batch")
+        elif counted:
+            log.warning("second SIGTERM: stopping now; staged batches stay staged")
 
 
 class _JvmTermHandler:

@@ -8,6 +8,7 @@ remove the other's unacked batches and its recovery would read the other's files
 
 A table written by wal_sink 0.2 or earlier has no owner: any sink may read it, and
 the first that opens it for writing adopts it (``adopt``), with a log line.
+``open_owned`` is the one way the sink's readers open a WAL or quarantine table.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from __future__ import annotations
 import logging
 
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from wal_sink.errors import ConfigError
+from wal_sink.storage import Storage
+from wal_sink.wal.format import delta_table
+from wal_sink.wal.storage_errors import storage_error
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,23 @@ def check_owner(table: DeltaTable, sink_id: str, location: str, what: str) -> No
             f"{sink_id!r}: {ADVICE[what]}",
             sink_id=sink_id,
         )
+
+
+def open_owned(
+    location: str, storage: Storage, sink_id: str | None, what: str
+) -> DeltaTable | None:
+    """The Delta table at ``location``, or None while there is none; a storage
+    failure as the sink's error (storage_errors.py); with a ``sink_id``, refused
+    (ConfigError) when another sink owns the ``what`` (WAL or QUARANTINE)."""
+    try:
+        table = delta_table(location, storage)
+    except TableNotFoundError:
+        return None
+    except Exception as e:
+        raise storage_error(e, location, sink_id=sink_id) from e
+    if sink_id is not None:
+        check_owner(table, sink_id, location, what)
+    return table
 
 
 def adopt(table: DeltaTable, sink_id: str, location: str, what: str) -> None:

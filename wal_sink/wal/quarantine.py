@@ -27,12 +27,12 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError
 
 from wal_sink.errors import TransientError
 from wal_sink.storage import Storage
-from wal_sink.wal.format import delta_table, open_parquet, table_exists
-from wal_sink.wal.ownership import QUARANTINE, check_owner, owned_configuration
+from wal_sink.wal.format import open_parquet, table_exists
+from wal_sink.wal.ownership import QUARANTINE, open_owned, owned_configuration
 from wal_sink.wal.storage_errors import storage_error
 
 SCHEMA = pa.schema(
@@ -115,14 +115,7 @@ class Quarantine:
 
     def table(self) -> DeltaTable | None:
         """The table, or None while nothing was ever set aside."""
-        try:
-            table = delta_table(self.path, self.storage)
-        except TableNotFoundError:
-            return None
-        except Exception as e:
-            raise storage_error(e, self.path, sink_id=self.sink_id) from e
-        check_owner(table, self.sink_id, self.path, QUARANTINE)
-        return table
+        return open_owned(self.path, self.storage, self.sink_id, QUARANTINE)
 
     def version(self, app_id: str) -> int | None:
         """The highest version ``app_id`` wrote, if any."""

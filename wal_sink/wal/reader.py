@@ -17,7 +17,6 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
 from wal_sink import faults
 from wal_sink.errors import TerminalError, WalSinkError
@@ -30,7 +29,7 @@ from wal_sink.wal.format import (
     open_parquet,
 )
 from wal_sink.wal.model import BatchState, StagedBatch, StagedFile
-from wal_sink.wal.ownership import WAL, check_owner
+from wal_sink.wal.ownership import WAL, check_owner, open_owned
 from wal_sink.wal.storage_errors import storage_error
 
 
@@ -54,14 +53,7 @@ class WalReader:
     def table(self) -> DeltaTable | None:
         """The current snapshot, or None while nothing was ever staged."""
         if self._table is None:
-            try:
-                table = delta_table(self.path, self.storage)
-            except TableNotFoundError:
-                return None
-            except Exception as e:
-                raise storage_error(e, self.path, sink_id=self.sink_id) from e
-            self._check_owner(table)
-            self._table = table
+            self._table = open_owned(self.path, self.storage, self.sink_id, WAL)
         return self._table
 
     def refresh(self) -> None:

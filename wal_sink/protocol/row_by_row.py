@@ -1,6 +1,7 @@
-"""Rows the driver sends value by value, the way a chunk takes when the Arrow-rendered
-paths cannot (chunk_path.py) and the only one for CDC: the chunk's rows as Python
-values, split into runs of upserts and deletes in staged order; rows no MySQL column
+"""Row by row: the way a chunk takes when the Arrow-rendered paths cannot
+(chunk_path.py), and the only one for CDC. The chunk's rows as Python values, which
+PyMySQL renders value by value, split into runs of upserts and deletes in staged
+order; rows no MySQL column
 can store (a null key, NaN or infinity) set aside before they are sent; rows MySQL
 rejects isolated under savepoints by bisecting the run, and set aside with MySQL's
 reason, while the rest is applied in order.
@@ -50,7 +51,7 @@ def split_runs(
 
 
 def python_rows(chunk: pa.RecordBatch) -> list[dict[str, Any]]:
-    """Rows as dicts for the driver; zoned timestamps become naive UTC (session TZ)."""
+    """Rows as dicts for PyMySQL; zoned timestamps become naive UTC (session TZ)."""
     columns = []
     for field_, column in zip(chunk.schema, chunk.columns):
         if pa.types.is_timestamp(field_.type) and field_.type.tz is not None:
@@ -76,7 +77,7 @@ def drop_non_finite(
     run: list[dict[str, Any]], bad: list[Entry]
 ) -> list[dict[str, Any]]:
     """Rows to upsert holding a NaN or infinite float: no MySQL column can store one
-    (the driver refuses them before the server sees them)."""
+    (PyMySQL refuses them before the server sees them)."""
     kept = []
     for row in run:
         not_finite = [

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from wal_sink.mysql.retry_state import MARKER
-from wal_sink.protocol.quarantine_entries import list_entries
+from wal_sink.ops.quarantine_entries import list_entries
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.quarantine import LEGACY_ENTRY
 

@@ -2,15 +2,16 @@
 query stages through ``format("wal_sink")`` and this child applies the staged
 batches to MySQL behind it, as the foreachBatch path's committer thread does.
 
-The job starts it with ``python -m wal_sink.spark.follower_child CONFIG`` in its
+The job starts it with ``python -m wal_sink.job.follower_child CONFIG`` in its
 own process group, so a SIGKILL of the group takes it down with the job, and drives
 it through its stdin, one word a line: ``stop`` (the job got SIGTERM: apply what is
 staged for up to ``job.stop_timeout``, then exit), ``drain`` (``--available-now``:
 apply everything staged, then exit), ``now`` (a second SIGTERM: exit at once). The
 end of stdin, as when the job dies, means ``now``. The child ignores SIGTERM and
-SIGINT sent to the group: the job decides when it stops. Its exit code tells the
-job what happened: 0 stopped, 1 failed and a restart may help (the outage budget
-spent), 2 configuration error, 3 failed for good (fenced, target dropped, ...).
+SIGINT sent to the group: the job decides when it stops. Its exit code (exit_status.py)
+tells the job what happened: 0 stopped, 1 failed and a restart may help (the outage
+budget spent), 2 configuration error, 3 failed for good (fenced, target dropped,
+...).
 Its log lines go to the job's stderr.
 
 No pyspark here: the child starts in a second or two.
@@ -27,12 +28,11 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from wal_sink.errors import ConfigError, TerminalError, first_line
-from wal_sink.exit_status import exit_now
+from wal_sink.errors import RetryStopped, TerminalError, first_line
+from wal_sink.exit_status import OK, TERMINAL, exit_code, exit_now
 
 log = logging.getLogger("wal_sink.follow")
 
-EXIT_STOPPED, EXIT_RETRY, EXIT_CONFIG, EXIT_TERMINAL = 0, 1, 2, 3
 COMMANDS = ("stop", "drain", "now")
 
 
@@ -88,7 +88,6 @@ def _commands(stream: IO[str], follower) -> None:
 def main(config_path: str) -> int:
     from wal_sink.config import load_config
     from wal_sink.protocol.follower import Follower
-    from wal_sink.protocol.retry import RetryStopped
     from wal_sink.protocol.sink_instance import SinkInstance
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -110,18 +109,15 @@ def main(config_path: str) -> int:
         if config.job and config.job.metrics_port is not None:
             instance.metrics.serve(config.job.metrics_port, config.job.metrics_host)
         follower.run()
-        return EXIT_STOPPED
+        return OK
     except RetryStopped:
-        return EXIT_STOPPED
-    except ConfigError as e:
+        return OK
+    except TerminalError as e:  # a configuration error included
         log.error("%s", e)
-        return EXIT_CONFIG
-    except TerminalError as e:
-        log.error("%s", e)
-        return EXIT_TERMINAL
+        return exit_code(e, terminal=TERMINAL)
     except Exception as e:  # TransientError (budget spent), lost MySQL, storage
         log.error("follower failed: %s", first_line(e))
-        return EXIT_RETRY
+        return exit_code(e, terminal=TERMINAL)
     finally:
         if instance is not None:
             instance.close()

@@ -20,14 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wal_sink.errors import TerminalError
+from wal_sink.errors import SetAsideRefused
 from wal_sink.protocol.committer import CommitResult
 from wal_sink.protocol.recovery import unacked_batches
 from wal_sink.protocol.sink_instance import SinkInstance
-
-
-class SetAsideRefused(TerminalError):
-    """The batch is not the lowest staged batch without an ack."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from sqlalchemy.exc import ProgrammingError
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.retry_state import RetryCounts
 from wal_sink.mysql.tombstones import Tombstones
-from wal_sink.protocol.quarantine_entries import QuarantineCounts
+from wal_sink.protocol.quarantine_counts import QuarantineCounts
 from wal_sink.protocol.recovery import unacked_batches
 from wal_sink.protocol.sink_instance import SinkInstance
 

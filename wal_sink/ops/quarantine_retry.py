@@ -46,7 +46,7 @@ from wal_sink.mysql.preflight import preflight
 from wal_sink.mysql.retry_state import FAILED, RETRIED, RetryState
 from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
-from wal_sink.protocol.quarantine_entries import ROW, list_entries
+from wal_sink.ops.quarantine_entries import ROW, list_entries
 from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.quarantine import StoredEntry
@@ -218,18 +218,18 @@ class QuarantineRetry:
         if not typed:
             return [], 0
         savepoint = conn.begin_nested()
-        _, _, stale, bad = self.rows.apply_chunks(
+        applied = self.rows.apply_chunks(
             conn,
             chunks((row for _, row in typed), self.config.wal.chunk_rows),
             len(typed),
             stream=list(self.columns),
         )
-        if not bad:
+        if not applied.set_aside:
             savepoint.commit()
-            return [e.entry_id for e, _ in typed], stale
+            return [e.entry_id for e, _ in typed], applied.skipped
         savepoint.rollback()
         if len(typed) == 1:
-            failed[typed[0][0].entry_id] = bad[0].reason
+            failed[typed[0][0].entry_id] = applied.set_aside[0].reason
             return [], 0
         middle = len(typed) // 2
         first, first_stale = self._isolating(conn, typed[:middle], failed)

@@ -12,6 +12,10 @@ before its files are gone, so a plan stays safe while it is carried out. Ack row
 are dropped only after the batches left the WAL (a crash in between leaves acks of
 purged batches, which is harmless), and the newest ack row always stays: recovery
 and the checkpoint check (I7) start from it.
+
+``wal-sink purge`` selects first (``select_purge``: reads only, after claiming the
+tables), then runs in this order (``run_purge``): tombstones, quarantine entries
+(quarantine_purge.py), batches and their ack rows, vacuum.
 """
 
 from __future__ import annotations
@@ -25,9 +29,14 @@ from wal_sink.config import WalConfig
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.tombstones import Tombstones
-from wal_sink.protocol.quarantine_entries import ROW, list_entries
+from wal_sink.ops.quarantine_entries import ROW, list_entries
+from wal_sink.ops.quarantine_purge import (
+    QuarantinePurgePlan,
+    execute_quarantine_purge,
+    plan_quarantine_purge,
+)
 from wal_sink.protocol.sink_instance import SinkInstance
-from wal_sink.wal.maintenance import delete_batches
+from wal_sink.wal.maintenance import VacuumResult, delete_batches, vacuum
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,92 @@ class PurgePlan:
     """Selected by the bound but without an ack row: kept (I5)."""
     rows: int
     bytes: int
+
+
+@dataclass(frozen=True)
+class Purge:
+    """What one ``wal-sink purge`` is to do, selected before anything changes."""
+
+    batches: PurgePlan | None
+    """Acked batches to remove; None when no batch bound was given."""
+    quarantine: QuarantinePurgePlan
+    """Quarantine entries to remove."""
+    quarantine_older_than: float | None
+    """Entries set aside longer ago than this (seconds) go too, open ones included."""
+    dry_run: bool
+    """Say what would be removed; change nothing."""
+    vacuum_retain: float | None
+    """Vacuum unreferenced files older than this (seconds); None: no vacuum."""
+
+
+@dataclass(frozen=True)
+class PurgeReport:
+    """What a purge did, or with ``dry_run`` would do."""
+
+    tombstones: int | None
+    """Tombstones removed (counted, dry); None when the sink keeps none."""
+    retry_rows: int | None
+    """Retry rows of removed quarantine entries dropped; None when no entry went."""
+    ack_rows: int | None
+    """Ack rows of purged batches dropped; None when no batch went."""
+    vacuum: VacuumResult | None
+    """Files vacuum freed (counted, dry); None without a vacuum."""
+
+
+def select_purge(
+    sink: SinkInstance,
+    *,
+    before: int | None = None,
+    older_than: float | None = None,
+    quarantine_older_than: float | None = None,
+    dry_run: bool = False,
+    retain: str | None = None,
+    retain_seconds: float | None = None,
+) -> Purge:
+    """Refuse a vacuum retention under the floor (``retain`` as the operator wrote
+    it, in ``retain_seconds``: None, no vacuum), claim the tables unless
+    ``dry_run`` (purge commits to the WAL beside a running job), then select the
+    batches below ``before`` or acked more than ``older_than`` seconds ago (neither:
+    no batch) and the quarantine entries that go with them, or that were set aside
+    longer than ``quarantine_older_than`` seconds ago."""
+    if retain_seconds is not None:  # before any purge work
+        check_retention(sink.config.wal, retain or "", retain_seconds)
+    if not dry_run:
+        sink.claim_tables()
+    batches = None
+    if before is not None or older_than is not None:
+        batches = plan_purge(sink, before=before, older_than=older_than)
+    removed = batches.remove if batches is not None else ()
+    return Purge(
+        batches=batches,
+        quarantine=plan_quarantine_purge(sink, removed, quarantine_older_than),
+        quarantine_older_than=quarantine_older_than,
+        dry_run=dry_run,
+        vacuum_retain=retain_seconds,
+    )
+
+
+def run_purge(sink: SinkInstance, purge: Purge) -> PurgeReport:
+    """Carry ``purge`` out (with ``dry_run``: only count the tombstones and what
+    vacuum would free): tombstones, quarantine entries, batches, vacuum."""
+    dry_run = purge.dry_run
+    tombstones = expire_tombstones(sink, dry_run)
+    retry_rows = ack_rows = vacuumed = None
+    if not dry_run and purge.quarantine.entries:
+        retry_rows = execute_quarantine_purge(sink, purge.quarantine)
+    if sink.wal.exists() and not (dry_run and purge.vacuum_retain is None):
+        batches = purge.batches
+        if not dry_run and batches is not None and batches.remove:
+            ack_rows = execute_purge(sink, batches)
+        if purge.vacuum_retain is not None:
+            vacuumed = vacuum(
+                sink.wal.path,
+                sink.wal.storage,
+                purge.vacuum_retain,
+                sink_id=sink.sink_id,
+                dry_run=dry_run,
+            )
+    return PurgeReport(tombstones, retry_rows, ack_rows, vacuumed)
 
 
 def plan_purge(

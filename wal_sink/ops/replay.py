@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wal_sink.errors import TerminalError
+from wal_sink.errors import ReplayOrderError
 from wal_sink.protocol.batch_rows import ChunkCallback
 from wal_sink.protocol.committer import CommitResult
 from wal_sink.protocol.recovery import unacked_batches
@@ -37,10 +37,6 @@ class ReplayPlan:
     def re_adds(self) -> bool:
         """True when acked batches are re-applied into ``add`` columns."""
         return bool(self.add_columns and self.reapplied_acked)
-
-
-class ReplayOrderError(TerminalError):
-    """Replaying would apply a batch before earlier staged ones (I8)."""
 
 
 def plan_replay(

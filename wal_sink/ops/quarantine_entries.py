@@ -4,8 +4,7 @@ retried, failed again), from the quarantine table (delta-rs) and the retry table
 (MySQL).
 
 An entry is open until a retry applied it: it has no retry row, or one saying it
-failed again. Counting is cheap: the quarantine table's entries come from its Delta
-log's file statistics, the retried and failed ones from a count of retry rows.
+failed again (counting them: quarantine_counts.py).
 """
 
 from __future__ import annotations
@@ -13,17 +12,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import Engine
+from typing import Any
 
 from wal_sink.config import Config
-from wal_sink.mysql.retry_state import FAILED, RETRIED, RetryState, RetryStates
+from wal_sink.mysql.retry_state import FAILED, RETRIED, RetryState
 from wal_sink.mysql.row_screen import record_is_partial
-from wal_sink.wal.quarantine import Quarantine, StoredEntry
-
-if TYPE_CHECKING:
-    from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.wal.quarantine import StoredEntry
 
 OPEN = "open"
 ROW = "row"
@@ -96,21 +91,6 @@ class ListedEntry:
         }
 
 
-@dataclass(frozen=True)
-class QuarantineCounts:
-    entries: int
-    retried: int
-    """Applied by a retry (resolved)."""
-    failed: int
-    """Tried by a retry and refused again (still open)."""
-
-    @property
-    def open(self) -> int:
-        # A crash in a purge between the quarantine and the retry rows can leave
-        # retry rows of removed entries for a while (the next purge drops them).
-        return max(0, self.entries - self.retried)
-
-
 def kind_of(
     entry: StoredEntry,
     config: Config,
@@ -164,13 +144,3 @@ def list_entries(
             if wanted in e.entry.reason.casefold() or wanted in e.reason.casefold()
         ]
     return listed
-
-
-def quarantine_counts(
-    engine: Engine, quarantine: Quarantine, states: RetryStates
-) -> QuarantineCounts:
-    """How many entries there are, retried and failed again: no data file read."""
-    entries = quarantine.count()
-    with engine.connect() as conn:
-        counts = states.counts(conn)
-    return QuarantineCounts(entries, counts.retried, counts.failed)

@@ -1,0 +1,51 @@
+"""Fixtures of the integration tests beyond tests/conftest.py's: the S3 server and
+a bucket on it, and counts of the rows each Arrow-rendered path applied."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from devtools.s3proxy import S3Proxy
+from wal_sink.mysql.bulk_load import BulkLoader
+from wal_sink.mysql.multi_row import MultiRowUpsert
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """The server, its credentials in this process's environment (and so in every
+    job and CLI process the tests start) for the module's duration."""
+    server = S3Proxy(tmp_path_factory.mktemp("s3proxy"))
+    server.start()
+    saved = {k: os.environ.get(k) for k in server.credentials()}
+    os.environ.update(server.credentials())
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3) -> str:
+    return s3.create_bucket(f"wal-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def calls(monkeypatch) -> dict[str, int]:
+    """Rows each Arrow-rendered path applied."""
+    counts = {"multi_row": 0, "local_infile": 0}
+    for name, cls in (("multi_row", MultiRowUpsert), ("local_infile", BulkLoader)):
+        real = cls.apply
+
+        def counting(self, conn, chunk, real=real, name=name, **rendered):
+            applied = real(self, conn, chunk, **rendered)
+            counts[name] += applied
+            return applied
+
+        monkeypatch.setattr(cls, "apply", counting)
+    return counts
