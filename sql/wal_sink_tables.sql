@@ -64,6 +64,20 @@ CREATE TABLE IF NOT EXISTS wal_sink_retry (
 	PRIMARY KEY (sink_id, entry_id)
 )ENGINE=InnoDB;
 
+-- With several target tables (mysql.route_column): per-table counts of each applied
+-- batch, written in the batch's own transaction beside its ack row (table_name ''
+-- counts the rows whose route named no table).
+CREATE TABLE IF NOT EXISTS wal_sink_ack_tables (
+	sink_id VARCHAR(128) NOT NULL,
+	batch_id BIGINT NOT NULL,
+	table_name VARCHAR(64) NOT NULL,
+	row_count BIGINT NOT NULL,
+	deleted_count BIGINT NOT NULL,
+	quarantined BIGINT NOT NULL,
+	skipped_count BIGINT NOT NULL,
+	PRIMARY KEY (sink_id, batch_id, table_name)
+)ENGINE=InnoDB;
+
 -- With [cdc] and mysql.version_column, also a tombstone table per target (default
 -- name: the target's + "_tombstones"): a delete leaves its key and version there, so
 -- an older upsert arriving later, from this sink or another writing the same target,

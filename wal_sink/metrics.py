@@ -54,18 +54,25 @@ class SinkMetrics:
             "wal_sink_batches_applied",
             "Batches this process applied to MySQL with their ack row.",
         )
-        self.rows_applied = counter(
-            "wal_sink_rows_applied", "Rows upserted into the target table."
+        by_table = {"labelnames": ("sink", "table"), "registry": self.registry}
+        self.rows_applied = Counter(
+            "wal_sink_rows_applied", "Rows upserted into a target table.", **by_table
         )
-        self.rows_deleted = counter(
-            "wal_sink_rows_deleted", "Rows deleted from the target table (CDC)."
+        self.rows_deleted = Counter(
+            "wal_sink_rows_deleted",
+            "Rows deleted from a target table (CDC).",
+            **by_table,
         )
-        self.rows_quarantined = counter(
-            "wal_sink_rows_quarantined", "Rows set aside for the quarantine table."
+        self.rows_quarantined = Counter(
+            "wal_sink_rows_quarantined",
+            'Rows set aside for the quarantine table (table "": rows whose route '
+            "named no table).",
+            **by_table,
         )
-        self.rows_skipped = counter(
+        self.rows_skipped = Counter(
             "wal_sink_rows_skipped",
             "CDC upserts a newer delete made stale (not applied, not bad data).",
+            **by_table,
         )
         self.batches_pending = gauge(
             "wal_sink_batches_pending",
@@ -132,6 +139,15 @@ class SinkMetrics:
             "wal_sink_lease_held",
             "1 while this process holds the sink's lease, 0 once fenced.",
         )
+
+    def count_rows(
+        self, table: str, upserted: int, deleted: int, quarantined: int, skipped: int
+    ) -> None:
+        """What a batch did to ``table``: a configured table's name, or ``""``."""
+        self.rows_applied.labels(self.sink_id, table).inc(upserted)
+        self.rows_deleted.labels(self.sink_id, table).inc(deleted)
+        self.rows_quarantined.labels(self.sink_id, table).inc(quarantined)
+        self.rows_skipped.labels(self.sink_id, table).inc(skipped)
 
     def observe_parts(self, parts: dict[str, float]) -> None:
         """One batch's parts, in milliseconds, by name (``part_seconds``)."""

@@ -1,5 +1,6 @@
 """Fixtures of the integration tests beyond tests/conftest.py's: the S3 server and
-a bucket on it, and counts of the rows each Arrow-rendered path applied."""
+a bucket on it, the Kafka broker, and counts of the rows each Arrow-rendered path
+applied."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import uuid
 
 import pytest
 
+from devtools.kafka import KafkaBroker
 from devtools.s3proxy import S3Proxy
 from wal_sink.mysql.bulk_load import BulkLoader
 from wal_sink.mysql.multi_row import MultiRowUpsert
@@ -28,6 +30,15 @@ def s3(tmp_path_factory):
         else:
             os.environ[key] = value
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """One private broker (KRaft, loopback) for the session's Kafka tests."""
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    yield broker
+    broker.stop()
 
 
 @pytest.fixture

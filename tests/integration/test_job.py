@@ -12,10 +12,8 @@ from decimal import Decimal
 from pathlib import Path
 
 import psutil
-import pytest
 
 from devtools.invoices import InvoiceFeed
-from devtools.kafka import KafkaBroker
 from devtools.spark_cluster import standalone_cluster
 from devtools.spark_job import JobProcess, job_env
 from tests.helpers import (
@@ -62,14 +60,6 @@ options = {{ maxFilesPerTrigger = 2 }}""",
     # The job's session writes a local checkpoint without checksum files
     # (session.py), and the kills above found every entry whole all the same.
     assert checksum_files(tmp_path / "checkpoint") == []
-
-
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory):
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 def test_kafka_messages_produced_while_job_is_killed_land_exactly_once(

@@ -93,11 +93,11 @@ def test_bad_config_names_the_key(overrides, message):
 def test_tombstone_table_defaults_to_the_target_s_name():
     cdc = {"op_column": "op", "order_by": "seq"}
     config = config_from_dict(config_dict(cdc=cdc))
-    assert config.mysql.tombstones == "t_tombstones"
+    assert config.mysql.target.tombstones == "t_tombstones"
     assert config.cdc.tombstone_retention == "7 days"
     assert config.mysql.unique_conflicts == "refuse"
     named = config_from_dict(config_dict(cdc=cdc, mysql__tombstone_table="deleted"))
-    assert named.mysql.tombstones == "deleted"
+    assert named.mysql.target.tombstones == "deleted"
 
 
 def test_spark_log_level_defaults_to_warn_and_takes_any_case():

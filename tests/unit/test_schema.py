@@ -4,7 +4,7 @@ from pathlib import Path
 from sqlalchemy.dialects import mysql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from wal_sink.config import MysqlConfig
+from wal_sink.config import MysqlConfig, TableConfig
 from wal_sink.mysql.tables import sink_tables
 
 SQL_FILE = Path(__file__).resolve().parents[2] / "sql" / "wal_sink_tables.sql"
@@ -20,6 +20,11 @@ def _normalise(sql: str) -> list[str]:
 def test_sql_file_matches_schema_module():
     config = MysqlConfig(url="mysql+pymysql://u@h/d", table="t", key=("k",))
     tables = sink_tables(config)
+    several = MysqlConfig(
+        url="mysql+pymysql://u@h/d",
+        route_column="tbl",
+        tables={"t": TableConfig(key=("k",))},
+    )
     dialect = mysql.dialect()
     expected = (
         [
@@ -31,5 +36,12 @@ def test_sql_file_matches_schema_module():
             for i in tables.outbox.indexes
         ]
         + [str(CreateTable(tables.retry, if_not_exists=True).compile(dialect=dialect))]
+        + [
+            str(
+                CreateTable(
+                    sink_tables(several).ack_tables, if_not_exists=True
+                ).compile(dialect=dialect)
+            )
+        ]
     )
     assert _normalise(SQL_FILE.read_text()) == _normalise(";".join(expected))

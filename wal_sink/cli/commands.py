@@ -74,11 +74,12 @@ def init_db_command(ctx: click.Context) -> None:
         t = sink.tables
         out.print(f"tables {t.ack.name}, {t.lease.name} and {t.outbox.name} are ready")
         config = sink.config
-        if config.cdc and config.mysql.version_column:
-            from wal_sink.mysql.tombstones import Tombstones
+        for target in config.mysql.targets:
+            if config.cdc and target.version_column:
+                from wal_sink.mysql.tombstones import Tombstones
 
-            Tombstones(config).ensure(sink.engine)
-            out.print(f"tombstone table {config.mysql.tombstones} is ready")
+                Tombstones(config, target).ensure(sink.engine)
+                out.print(f"tombstone table {target.tombstones} is ready")
 
 
 @main.command()
@@ -271,6 +272,13 @@ def inspect(
                 FAILED,
             )
         rows = sink.wal.head(batch, limit)
+        mysql = sink.config.mysql
+        if mysql.route_column:  # several tables: each row's, by its route
+            tables = {t.route: t.table for t in mysql.targets}
+            rows = [
+                {"(table)": tables.get(r.get(mysql.route_column), "(none)"), **r}
+                for r in rows
+            ]
     out.print(rows_table(batch, rows))
 
 

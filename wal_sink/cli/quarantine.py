@@ -24,6 +24,11 @@ BATCH = click.option(
 REASON = click.option(
     "--reason", help="Only entries whose reason holds this text (in any case)."
 )
+TABLE = click.option(
+    "--table",
+    help="Only entries meant for this table (with several tables; '' for rows "
+    "whose route named none).",
+)
 
 
 @click.group()
@@ -41,6 +46,7 @@ def quarantine() -> None:
 @quarantine.command("list")
 @BATCH
 @REASON
+@TABLE
 @click.option("--json", "as_json", is_flag=True, help="JSON for scripts.")
 @click.option(
     "--limit",
@@ -55,6 +61,7 @@ def list_command(
     ctx: click.Context,
     batch_id: int | None,
     reason: str | None,
+    table: str | None,
     as_json: bool,
     limit: int,
 ) -> None:
@@ -66,22 +73,20 @@ def list_command(
     from wal_sink.ops.quarantine_entries import list_entries
 
     with open_sink(ctx) as sink:
-        listed = list_entries(
-            sink,
-            batch_id=batch_id,
-            reason=reason,
-        )
+        listed = list_entries(sink, batch_id=batch_id, reason=reason, table=table)
         where = sink.config.quarantine_path
+        several = sink.config.mysql.route_column is not None
     shown = listed[-limit:]
     if as_json:
         click.echo(json.dumps([e.to_json() for e in shown], indent=2, sort_keys=True))
         return
-    out.print(entries_table(where, shown, len(listed)))
+    out.print(entries_table(where, shown, len(listed), several))
 
 
 @quarantine.command()
 @BATCH
 @REASON
+@TABLE
 @click.option(
     "--dry-run", is_flag=True, help="Say what would be retried; change nothing."
 )
@@ -92,6 +97,7 @@ def retry(
     ctx: click.Context,
     batch_id: int | None,
     reason: str | None,
+    table: str | None,
     dry_run: bool,
     yes: bool,
 ) -> None:
@@ -107,7 +113,7 @@ def retry(
     from wal_sink.ops.quarantine_retry import plan_retry, run_retry
 
     with open_sink(ctx) as sink:
-        plan = plan_retry(sink, batch_id=batch_id, reason=reason)
+        plan = plan_retry(sink, batch_id=batch_id, reason=reason, table=table)
         batches = tuple(b for b, _ in plan.batches)
         verb = "would retry" if dry_run else "retrying"
         say(
@@ -120,9 +126,9 @@ def retry(
             say(f"{plan.retried_before} selected record(s) were retried before")
         if dry_run or not plan.entries:
             return
-        table = sink.config.mysql.table
+        tables = ", ".join(t.table for t in sink.config.mysql.targets)
         if not yes and not click.confirm(
-            f"Apply {plan.entries} record(s) to {table}?", err=True
+            f"Apply {plan.entries} record(s) to {tables}?", err=True
         ):
             fail("retry cancelled; nothing changed", FAILED)
         results = run_retry(sink, plan)
@@ -153,6 +159,7 @@ def retry(
 @quarantine.command()
 @BATCH
 @REASON
+@TABLE
 @click.option(
     "--to",
     "path",
@@ -162,7 +169,11 @@ def retry(
 @click.pass_context
 @one_line_errors
 def export(
-    ctx: click.Context, batch_id: int | None, reason: str | None, path: str
+    ctx: click.Context,
+    batch_id: int | None,
+    reason: str | None,
+    table: str | None,
+    path: str,
 ) -> None:
     """Write the open records, one JSON object per line (entry_id, batch_id, kind,
     state, reason, recorded_at, record, ...), for fixing and landing again; records
@@ -175,11 +186,7 @@ def export(
     if path != "-" and os.path.exists(path):
         fail(f"{path} exists: give another --to, or remove it", USAGE)
     with open_sink(ctx) as sink:
-        listed = list_entries(
-            sink,
-            batch_id=batch_id,
-            reason=reason,
-        )
+        listed = list_entries(sink, batch_id=batch_id, reason=reason, table=table)
     lines = [
         json.dumps(e.to_json(), sort_keys=True, ensure_ascii=False) + "\n"
         for e in listed

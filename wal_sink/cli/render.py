@@ -87,6 +87,19 @@ def status_table(st: SinkStatus) -> RichTable:
             if st.tombstones is not None
             else []
         ),
+        *(
+            [
+                (
+                    f"table {name or '(no table)'}",
+                    f"{c['rows_applied']} upserted, {c['rows_deleted']} deleted, "
+                    f"{c['rows_quarantined']} quarantined"
+                    + (f", {c['rows_skipped']} skipped" if c["rows_skipped"] else ""),
+                )
+                for name, c in st.tables.items()
+            ]
+            if len(st.tables) > 1
+            else []
+        ),
     ]:
         table.add_row(label, value)
     return table
@@ -109,18 +122,23 @@ def quarantine_table(path: str, entries: list[dict[str, Any]]) -> RichTable:
     return table
 
 
-def entries_table(path: str, entries: list[ListedEntry], total: int) -> RichTable:
-    """``quarantine list``: each entry's batch, kind, state, reason and when."""
+def entries_table(
+    path: str, entries: list[ListedEntry], total: int, several: bool = False
+) -> RichTable:
+    """``quarantine list``: each entry's batch (and table, with ``several``
+    tables), kind, state, reason and when."""
     table = RichTable(
         title=f"quarantine {path}: {total} entries, showing {len(entries)}",
         title_justify="left",
     )
-    for name in ("entry", "batch", "kind", "state", "reason", "when", "record"):
+    columns = ["entry", "batch", *(["table"] if several else [])]
+    for name in [*columns, "kind", "state", "reason", "when", "record"]:
         table.add_column(name, overflow="fold")
     for e in entries:
         table.add_row(
             e.entry.entry_id,
             str(e.entry.batch_id),
+            *([e.table or "(none)"] if several else []),
             e.kind,
             e.state,
             Text(e.reason),

@@ -22,6 +22,7 @@ from wal_sink.config.sections import (
     WatermarkConfig,
     spark_log_level,
 )
+from wal_sink.config.table_section import TableConfig, Target
 
 __all__ = [
     "RESERVED_PREFIX",
@@ -33,6 +34,8 @@ __all__ = [
     "RestartConfig",
     "SinkConfig",
     "SourceConfig",
+    "TableConfig",
+    "Target",
     "TransformConfig",
     "WalConfig",
     "WatermarkConfig",

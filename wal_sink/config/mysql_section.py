@@ -1,14 +1,23 @@
-"""The [mysql] section of the TOML contract: the target table, how rows merge into
-it, the sink's own tables beside it, and how the sink reaches the server and rides
-out its outages."""
+"""The [mysql] section of the TOML contract: the target table (or, with
+``route_column``, the tables of ``[mysql.tables.NAME]``), how rows merge into it,
+the sink's own tables beside it, and how the sink reaches the server and rides out
+its outages."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic.dataclasses import dataclass
 
+from wal_sink.config.table_section import (
+    Conflicts,
+    Key,
+    Policy,
+    TableConfig,
+    Target,
+    check_policies,
+)
 from wal_sink.config.values import (
     SECTION,
     Identifier,
@@ -19,35 +28,35 @@ from wal_sink.config.values import (
     mysql_url,
 )
 
-TOMBSTONE_SUFFIX = "_tombstones"
-
-
-def _one_or_many(value: Any) -> Any:
-    return [value] if isinstance(value, str) else value
+ACK_TABLES_SUFFIX = "_tables"
 
 
 @dataclass(frozen=True, config=SECTION)
 class MysqlConfig:
     url: str
     """SQLAlchemy URL without a password, e.g. mysql+pymysql://sink@host:3306/db."""
-    table: Identifier
-    """Target table; must be InnoDB."""
-    key: Annotated[
-        tuple[Identifier, ...], BeforeValidator(_one_or_many), Field(min_length=1)
-    ]
-    """Columns of the target's PRIMARY KEY or a UNIQUE key."""
-    merge: dict[Identifier, Literal["overwrite", "add", "keep"]] = Field(
-        default_factory=dict
-    )
+    table: Identifier | None = None
+    """Target table (the single-table form); must be InnoDB."""
+    key: Key | None = None
+    """Columns of the target's PRIMARY KEY or a UNIQUE key (the single-table form)."""
+    merge: dict[Identifier, Policy] = Field(default_factory=dict)
     """Per-column policy: overwrite (default) | add | keep."""
     version_column: Identifier | None = None
     """Rows update overwrite columns only when their version is >= the stored one."""
-    unique_conflicts: Literal["refuse", "quarantine"] = "refuse"
+    unique_conflicts: Conflicts = "refuse"
     """Another unique index the stream writes: refuse to start, or set aside records
     that would reach another row through it."""
     tombstone_table: Identifier | None = None
     """With [cdc] and version_column: deleted keys and versions (default: the target
     table's name + "_tombstones")."""
+    route_column: Identifier | None = None
+    """One stream, several tables: the stream column whose value names each row's
+    table (a [mysql.tables.NAME] section's route); instead of table and key."""
+    tables: dict[Identifier, TableConfig] = Field(default_factory=dict)
+    """With route_column: each target table's settings, by table name."""
+    table_order: tuple[Identifier, ...] | None = None
+    """With route_column: the tables' order when their foreign keys make a cycle
+    (parents first); otherwise the foreign keys decide."""
     password_env: Text = "WAL_SINK_MYSQL_PASSWORD"
     """Environment variable holding the password."""
     password_file: Location | None = None
@@ -92,22 +101,105 @@ class MysqlConfig:
         return mysql_url(url)
 
     @property
-    def tombstones(self) -> str:
-        """The tombstone table's name (used with [cdc] and a version column)."""
-        return self.tombstone_table or f"{self.table}{TOMBSTONE_SUFFIX}"
+    def targets(self) -> tuple[Target, ...]:
+        """The target tables: the single-table form's one, or each of ``tables``."""
+        if not self.tables:
+            return (
+                Target(
+                    self.table or "",
+                    self.key or (),
+                    dict(self.merge),
+                    self.version_column,
+                    self.unique_conflicts,
+                    self.tombstone_table,
+                    None,
+                    None,
+                    "mysql",
+                ),
+            )
+        return tuple(
+            Target(
+                name,
+                t.key,
+                dict(t.merge),
+                t.version_column,
+                t.unique_conflicts,
+                t.tombstone_table,
+                t.columns,
+                t.route or name,
+                f"mysql.tables.{name}",
+            )
+            for name, t in self.tables.items()
+        )
+
+    @property
+    def target(self) -> Target:
+        """The one target of the single-table form."""
+        if self.tables:
+            raise ValueError("a config with mysql.tables has several targets")
+        return self.targets[0]
+
+    @property
+    def ack_tables_table(self) -> str:
+        """Per-table counts of each applied batch (several tables only)."""
+        return f"{self.ack_table}{ACK_TABLES_SUFFIX}"
 
     @model_validator(mode="after")
-    def _columns(self) -> MysqlConfig:
-        for column in self.merge:
-            if column in self.key:
-                raise ValueError(
-                    f"mysql.merge.{column}: a key column cannot have a merge policy"
-                )
-        if self.version_column in self.merge:
-            raise ValueError(
-                f"mysql.merge.{self.version_column}: the version column cannot have "
-                "a merge policy"
+    def _form(self) -> MysqlConfig:
+        single = {
+            k: v
+            for k, v in (
+                ("table", self.table),
+                ("key", self.key),
+                ("merge", self.merge),
+                ("version_column", self.version_column),
+                ("tombstone_table", self.tombstone_table),
             )
-        if self.version_column in self.key:
-            raise ValueError("mysql.version_column cannot be a key column")
+            if v
+        }
+        if self.unique_conflicts != "refuse":
+            single["unique_conflicts"] = self.unique_conflicts
+        if self.tables or self.route_column:
+            if single:
+                raise ValueError(
+                    f"mysql.{next(iter(single))} is a key of the single-table form, "
+                    "and mysql.tables / route_column of several tables: give one "
+                    "form (each table's settings go in its [mysql.tables.NAME])"
+                )
+            self._check_tables()
+            return self
+        if self.table_order:
+            raise ValueError("mysql.table_order needs mysql.tables")
+        if not self.table or not self.key:
+            raise ValueError(
+                "give mysql.table and mysql.key, or mysql.route_column and one "
+                "[mysql.tables.NAME] section per table"
+            )
+        check_policies(self.key, self.merge, self.version_column, "mysql.")
         return self
+
+    def _check_tables(self) -> None:
+        if not self.route_column or not self.tables:
+            raise ValueError(
+                "several tables need both mysql.route_column and at least one "
+                "[mysql.tables.NAME] section"
+            )
+        routes: dict[str, str] = {}
+        for target in self.targets:
+            if target.route in routes:
+                raise ValueError(
+                    f"{target.where}: route {target.route!r} already means table "
+                    f"{routes[target.route]}"
+                )
+            routes[target.route] = target.table
+        if self.table_order is not None and sorted(self.table_order) != sorted(
+            self.tables
+        ):
+            raise ValueError(
+                "mysql.table_order must name each table of mysql.tables once"
+            )
+        if len(self.ack_tables_table) > 64:
+            raise ValueError(
+                f"mysql.ack_table: {self.ack_table!r} leaves no room for the "
+                f"per-table counts' table {self.ack_tables_table!r}; shorten it"
+            )

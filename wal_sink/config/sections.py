@@ -267,7 +267,9 @@ class Config:
     @model_validator(mode="after")
     def _across(self) -> Config:
         m = self.mysql
-        named = [*m.key, *m.merge, m.version_column or ""]
+        named = [m.route_column or ""]
+        for t in m.targets:
+            named += [*t.key, *t.merge, t.version_column or "", *(t.columns or ())]
         if self.cdc:
             named += [self.cdc.op_column, self.cdc.order_by]
         for column in named:
@@ -276,13 +278,20 @@ class Config:
                     f"column {column!r}: names starting with {RESERVED_PREFIX!r} are "
                     "reserved"
                 )
-        if self.cdc and self.cdc.op_column in m.key:
-            raise ValueError("cdc.op_column cannot be a key column")
-        if self.cdc and m.version_column and not IDENTIFIER.match(m.tombstones):
-            raise ValueError(
-                f"mysql.tombstone_table: {m.tombstones!r} is longer than 64 "
-                "characters; name the tombstone table"
-            )
+        for t in m.targets:
+            if self.cdc and self.cdc.op_column in t.key:
+                raise ValueError(f"cdc.op_column cannot be a key column ({t.where})")
+            if m.route_column in t.key:
+                raise ValueError(
+                    f"mysql.route_column cannot be a key column ({t.where})"
+                )
+            if self.cdc and t.version_column and not IDENTIFIER.match(t.tombstones):
+                raise ValueError(
+                    f"{t.where}.tombstone_table: {t.tombstones!r} is longer than 64 "
+                    "characters; name the tombstone table"
+                )
+        if self.cdc and m.route_column == self.cdc.op_column:
+            raise ValueError("mysql.route_column cannot be cdc.op_column")
         for key, location in (
             ("wal.path", self.wal_path),
             ("wal.quarantine_path", self.quarantine_path),

@@ -55,12 +55,33 @@ class AckSummary:
     skipped: int = 0
 
 
-class AckTable:
-    """The ack rows of one sink."""
+@dataclass(frozen=True)
+class TableCounts:
+    """What batches did to one of several tables (``""``: rows whose route named
+    no table)."""
 
-    def __init__(self, table: Table, sink_id: str) -> None:
+    upserted: int = 0
+    deleted: int = 0
+    skipped: int = 0
+    set_aside: int = 0
+
+    def __add__(self, other: TableCounts) -> TableCounts:
+        return TableCounts(
+            self.upserted + other.upserted,
+            self.deleted + other.deleted,
+            self.skipped + other.skipped,
+            self.set_aside + other.set_aside,
+        )
+
+
+class AckTable:
+    """The ack rows of one sink, and with several tables their per-table counts
+    (``tables``, a row per batch and table, written in the batch's transaction)."""
+
+    def __init__(self, table: Table, sink_id: str, tables: Table | None = None) -> None:
         self.table = table
         self.sink_id = sink_id
+        self.tables = tables
         self._mine = table.c.sink_id == sink_id
 
     def _between(self, first: int, last: int):
@@ -106,8 +127,10 @@ class AckTable:
         deleted: int,
         quarantined: int,
         skipped: int = 0,
+        tables: dict[str, TableCounts] | None = None,
     ) -> None:
-        """Fill in the counts; ``skipped``: CDC upserts a newer delete made stale."""
+        """Fill in the counts; ``skipped``: CDC upserts a newer delete made stale;
+        ``tables``: the counts per table, with several."""
         conn.execute(
             update(self.table)
             .where(self._between(batch_id, batch_id))
@@ -119,10 +142,54 @@ class AckTable:
                 committed_at=func.now(6),
             )
         )
+        if self.tables is not None and tables:
+            conn.execute(
+                insert(self.tables),
+                [
+                    {
+                        "sink_id": self.sink_id,
+                        "batch_id": batch_id,
+                        "table_name": name,
+                        "row_count": c.upserted,
+                        "deleted_count": c.deleted,
+                        "quarantined": c.set_aside,
+                        "skipped_count": c.skipped,
+                    }
+                    for name, c in tables.items()
+                ],
+            )
 
     def remove(self, conn: Connection, batch_id: int) -> None:
         """Drop one ack row (a forced replay replaces it in the same transaction)."""
         conn.execute(delete(self.table).where(self._between(batch_id, batch_id)))
+        self._forget_tables(conn, [batch_id])
+
+    def table_counts(self, conn: Connection) -> dict[str, TableCounts]:
+        """Counts per table over this sink's acked batches (several tables)."""
+        if self.tables is None:
+            return {}
+        c = self.tables.c
+        rows = conn.execute(
+            select(
+                c.table_name,
+                func.sum(c.row_count),
+                func.sum(c.deleted_count),
+                func.sum(c.skipped_count),
+                func.sum(c.quarantined),
+            )
+            .where(c.sink_id == self.sink_id)
+            .group_by(c.table_name)
+        ).all()
+        return {r[0]: TableCounts(*(int(v) for v in r[1:])) for r in rows}
+
+    def _forget_tables(self, conn: Connection, batch_ids: list[int]) -> None:
+        if self.tables is not None and batch_ids:
+            c = self.tables.c
+            conn.execute(
+                delete(self.tables).where(
+                    (c.sink_id == self.sink_id) & c.batch_id.in_(batch_ids)
+                )
+            )
 
     def locked(self, conn: Connection, first: int, last: int) -> dict[int, Ack]:
         """The acks of batches ``first``..``last``, read with row locks: waits for a
@@ -249,4 +316,5 @@ class AckTable:
             deleted += conn.execute(
                 delete(self.table).where(self._mine & self.table.c.batch_id.in_(chunk))
             ).rowcount
+            self._forget_tables(conn, chunk)
         return deleted

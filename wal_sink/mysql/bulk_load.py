@@ -29,7 +29,7 @@ from sqlalchemy import Connection, Table, column, literal_column, select, table,
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink.config import MysqlConfig
+from wal_sink.config import Target
 from wal_sink.mysql.arrow_text import renderable, tsv
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.guarded_connection import GuardedConnection
@@ -52,7 +52,7 @@ class BulkLoadWarned(Exception):
 
 class BulkLoader:
     def __init__(
-        self, target: Table, columns: Sequence[str], mysql: MysqlConfig, sink_id: str
+        self, target: Table, columns: Sequence[str], mysql: Target, sink_id: str
     ) -> None:
         self.target = target
         self.columns = list(columns)

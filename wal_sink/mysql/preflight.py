@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from sqlalchemy import Connection, Engine, Table, inspect, text
 from sqlalchemy.types import Date, DateTime, Float, Integer, Numeric, Time
 
-from wal_sink.config import Config
+from wal_sink.config import Config, Target
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.multi_row import MAX_STATEMENT_BYTES
 from wal_sink.mysql.tombstones import refuse_unguarded
@@ -26,19 +26,23 @@ log = logging.getLogger(__name__)
 
 
 def preflight(
-    engine: Engine, config: Config, target: Table, stream_columns: Iterable[str] = ()
+    engine: Engine,
+    config: Config,
+    target: Target,
+    table: Table,
+    stream_columns: Iterable[str] = (),
 ) -> list[str]:
-    """Raise ConfigError for the first problem; return warnings worth logging.
+    """Raise ConfigError for the first problem of ``target`` (``table`` reflected);
+    return warnings worth logging.
 
-    ``stream_columns`` are the columns the sink is known to write (the job's
-    query's), if known: what they cannot write as configured is refused here,
-    before the lease is taken (write_checks.py); the committer checks each staged
-    schema again."""
+    ``stream_columns`` are the columns the table receives (the job's query's), if
+    known: what they cannot write as configured is refused here, before the lease
+    is taken (write_checks.py); the committer checks each staged schema again."""
     with engine.connect() as conn:
-        _check_key(conn, config, target)
-        _check_columns(config, target)
-        profile = check_writes(conn, config, target.name, stream_columns)
-        refuse_unguarded(conn, config)
+        _check_key(conn, target, table)
+        _check_columns(target, table)
+        profile = check_writes(conn, config, target, stream_columns)
+        refuse_unguarded(conn, config, target)
         _check_strict(conn)
         _check_packet(conn)
         warnings = _durability_warnings(conn) + visibility_warnings(profile)
@@ -47,9 +51,9 @@ def preflight(
     return warnings
 
 
-def _check_key(conn: Connection, config: Config, target: Table) -> None:
+def _check_key(conn: Connection, mysql: Target, target: Table) -> None:
     inspector = inspect(conn)
-    wanted = set(config.mysql.key)
+    wanted = set(mysql.key)
     keys = {"PRIMARY": inspector.get_pk_constraint(target.name)["constrained_columns"]}
     for index in inspector.get_indexes(target.name):
         if index.get("unique"):
@@ -59,17 +63,17 @@ def _check_key(conn: Connection, config: Config, target: Table) -> None:
             "; ".join(f"{n}({', '.join(c)})" for n, c in keys.items() if c) or "none"
         )
         raise ConfigError(
-            f"mysql.key ({', '.join(config.mysql.key)}) is not the PRIMARY KEY or a "
+            f"{mysql.where}.key ({', '.join(mysql.key)}) is not the PRIMARY KEY or a "
             f"UNIQUE key of table {target.name!r} (its keys: {found}); an upsert "
             "needs one"
         )
 
 
-def _check_columns(config: Config, target: Table) -> None:
-    mysql = config.mysql
-    named = {"mysql.key": list(mysql.key), "mysql.merge": list(mysql.merge)}
+def _check_columns(mysql: Target, target: Table) -> None:
+    at = mysql.where
+    named = {f"{at}.key": list(mysql.key), f"{at}.merge": list(mysql.merge)}
     if mysql.version_column:
-        named["mysql.version_column"] = [mysql.version_column]
+        named[f"{at}.version_column"] = [mysql.version_column]
     for where, columns in named.items():
         for column in columns:
             if column not in target.c:
@@ -80,14 +84,14 @@ def _check_columns(config: Config, target: Table) -> None:
     for column, policy in mysql.merge.items():
         if policy == "add" and not isinstance(target.c[column].type, NUMBERS):
             raise ConfigError(
-                f"mysql.merge.{column} is 'add' but column {column!r} of "
+                f"{at}.merge.{column} is 'add' but column {column!r} of "
                 f"{target.name!r} is {target.c[column].type}, not numeric"
             )
     if mysql.version_column:
         kind = target.c[mysql.version_column].type
         if not isinstance(kind, (*NUMBERS, DateTime, Date, Time)):
             raise ConfigError(
-                f"mysql.version_column {mysql.version_column!r} is {kind}; "
+                f"{at}.version_column {mysql.version_column!r} is {kind}; "
                 "use a number or a date/time so versions compare in order"
             )
 

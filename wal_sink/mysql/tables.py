@@ -1,6 +1,7 @@
-"""The sink's own MySQL tables: acks (what is applied), leases (who may apply), the
-quarantine outbox (rows set aside, on their way to the quarantine table) and the
-retry table (quarantine entries a retry applied, or tried and failed).
+"""The sink's own MySQL tables: acks (what is applied; with several target tables
+also the per-table counts beside them), leases (who may apply), the quarantine
+outbox (rows set aside, on their way to the quarantine table) and the retry table
+(quarantine entries a retry applied, or tried and failed).
 
 ``sql/wal_sink_tables.sql`` is the same DDL for DBAs; a unit test keeps the two equal.
 """
@@ -51,6 +52,8 @@ class SinkTables:
     lease: Table
     outbox: Table
     retry: Table
+    ack_tables: Table | None = None
+    """Per-table counts of each applied batch, with several tables."""
 
 
 def sink_tables(mysql: MysqlConfig) -> SinkTables:
@@ -105,7 +108,21 @@ def sink_tables(mysql: MysqlConfig) -> SinkTables:
         Column("retried_at", DATETIME(fsp=6), nullable=False),
         mysql_engine="InnoDB",
     )
-    return SinkTables(ack, lease, outbox, retry)
+    ack_tables = None
+    if mysql.tables:
+        ack_tables = Table(
+            mysql.ack_tables_table,
+            metadata,
+            Column("sink_id", String(SINK_ID_LENGTH), primary_key=True),
+            Column("batch_id", BigInteger, primary_key=True, autoincrement=False),
+            Column("table_name", String(64), primary_key=True),
+            Column("row_count", BigInteger, nullable=False),
+            Column("deleted_count", BigInteger, nullable=False),
+            Column("quarantined", BigInteger, nullable=False),
+            Column("skipped_count", BigInteger, nullable=False),
+            mysql_engine="InnoDB",
+        )
+    return SinkTables(ack, lease, outbox, retry, ack_tables)
 
 
 def init_db(engine: Engine, mysql: MysqlConfig) -> None:
@@ -118,7 +135,8 @@ def init_db(engine: Engine, mysql: MysqlConfig) -> None:
     """
     tables = sink_tables(mysql)
     metadata = tables.ack.metadata
-    metadata.create_all(engine, [tables.ack, tables.lease, tables.outbox])
+    created = [tables.ack, tables.lease, tables.outbox]
+    metadata.create_all(engine, created + ([tables.ack_tables] if mysql.tables else []))
     _create_retry_table(engine, tables.retry)
     with engine.connect() as conn:
         columns = {c["name"] for c in inspect(conn).get_columns(tables.ack.name)}

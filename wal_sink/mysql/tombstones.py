@@ -52,7 +52,7 @@ from sqlalchemy import inspect as inspect_db
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink.config import Config
+from wal_sink.config import Config, Target
 from wal_sink.errors import ConfigError, first_line
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.named_lock import named_lock
@@ -101,13 +101,13 @@ def guarding_tables(conn: Connection, target: str) -> list[str]:
     )
 
 
-def refuse_unguarded(conn: Connection, config: Config) -> None:
+def refuse_unguarded(conn: Connection, config: Config, mysql: Target) -> None:
     """Refuse a sink that cannot honour tombstones (no ``[cdc]`` or no version
     column) on a target whose deletes another sink guards with them: its upserts
     would bring deleted rows back."""
-    if config.cdc and config.mysql.version_column:
+    if config.cdc and mysql.version_column:
         return
-    target = config.mysql.table
+    target = mysql.table
     found = guarding_tables(conn, target)
     if found:
         raise ConfigError(
@@ -122,8 +122,7 @@ def refuse_unguarded(conn: Connection, config: Config) -> None:
 class Tombstones:
     """The tombstones of one target, as one sink reads and records them."""
 
-    def __init__(self, config: Config) -> None:
-        mysql = config.mysql
+    def __init__(self, config: Config, mysql: Target) -> None:
         if not config.cdc or not mysql.version_column:
             raise ValueError("tombstones need [cdc] and mysql.version_column")
         self.sink_id = config.sink.id

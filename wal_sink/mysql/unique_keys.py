@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Connection, Table, and_, not_, select, text
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink.config import Config
+from wal_sink.config import Target
 from wal_sink.errors import ConfigError, first_line
 from wal_sink.mysql.errors import ANOTHER_ROW, DUPLICATE_KEY, error_code
 from wal_sink.mysql.target_profile import TargetProfile
@@ -102,12 +102,11 @@ def reachable_indexes(
 
 
 def refuse_unique_conflicts(
-    conn: Connection, config: Config, profile: TargetProfile, columns: Iterable[str]
+    conn: Connection, mysql: Target, profile: TargetProfile, columns: Iterable[str]
 ) -> None:
     """Raise ConfigError when a stream writing ``columns`` can reach another row
     through a unique index besides ``mysql.key``, unless the config sets such
     records aside (``mysql.unique_conflicts = "quarantine"``)."""
-    mysql = config.mysql
     if mysql.unique_conflicts == "quarantine":
         return
     columns = list(columns)
@@ -119,12 +118,12 @@ def refuse_unique_conflicts(
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
     written = [c for c in first.index.columns if c.lower() in _lower(columns)]
     raise ConfigError(
-        f"unique index {first.index.describe()}{how}{more} besides mysql.key "
+        f"unique index {first.index.describe()}{how}{more} besides {mysql.where}.key "
         f"({', '.join(mysql.key)}): a record of a new key whose "
         f"{', '.join(first.index.columns)} another row holds would update that other "
         f"row. Leave {', '.join(written or first.index.columns)} out of the stream's "
-        'columns, or set mysql.unique_conflicts = "quarantine" to set such records '
-        "aside",
+        f'columns, or set {mysql.where}.unique_conflicts = "quarantine" to set such '
+        "records aside",
         table=profile.table,
     )
 

@@ -44,7 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.mysql import Insert, insert
 
-from wal_sink.config import MysqlConfig
+from wal_sink.config import Target
 from wal_sink.errors import TerminalError
 
 # The UPDATE clause must hold no bound parameters: PyMySQL's multi-row executemany
@@ -54,7 +54,7 @@ from wal_sink.errors import TerminalError
 ANOTHER_ROW = literal_column("1/0")
 
 
-def build_upsert(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> Insert:
+def build_upsert(table: Table, columns: Sequence[str], mysql: Target) -> Insert:
     """INSERT … ON DUPLICATE KEY UPDATE for rows carrying ``columns``."""
     stmt = insert(table)
     # SQLAlchemy 2.1 escapes a '%' of a column name twice in ``stmt.inserted``
@@ -70,7 +70,7 @@ def build_upsert(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> In
 
 
 def update_assignments(
-    table: Table, columns: Sequence[str], mysql: MysqlConfig, new: Any
+    table: Table, columns: Sequence[str], mysql: Target, new: Any
 ) -> list[tuple[str, ColumnElement]]:
     """The ON DUPLICATE KEY UPDATE list; ``new`` names the incoming row.
 
@@ -122,7 +122,7 @@ UPDATE_PARAM = "_wal_new_"
 reserved for the SET clause."""
 
 
-def build_update(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> Update:
+def build_update(table: Table, columns: Sequence[str], mysql: Target) -> Update:
     """``UPDATE … SET <the upsert's assignments> WHERE <key>`` for one row, with
     parameters named by ``update_params``: for a row the upsert cannot carry, whose
     negative amount for an UNSIGNED ``add`` column is out of the column's range
@@ -143,7 +143,7 @@ def update_params(row: dict[str, Any]) -> dict[str, Any]:
     return {UPDATE_PARAM + c: v for c, v in row.items()}
 
 
-def build_delete(table: Table, mysql: MysqlConfig, versioned: bool = False) -> Delete:
+def build_delete(table: Table, mysql: Target, versioned: bool = False) -> Delete:
     """DELETE by key, executed with one parameter set per deleted row (the key's
     columns, and the version column when ``versioned``: the rows carry it).
 
@@ -157,7 +157,7 @@ def build_delete(table: Table, mysql: MysqlConfig, versioned: bool = False) -> D
     return delete(table).where(where)
 
 
-def _check_columns(table: Table, columns: Sequence[str], mysql: MysqlConfig) -> None:
+def _check_columns(table: Table, columns: Sequence[str], mysql: Target) -> None:
     missing = [c for c in columns if c not in table.c]
     if missing:
         raise TerminalError(

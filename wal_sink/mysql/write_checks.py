@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection
 
-from wal_sink.config import Config
+from wal_sink.config import Config, Target
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.target_profile import TargetProfile, read_profile
 from wal_sink.mysql.unique_keys import refuse_unique_conflicts
@@ -42,50 +42,56 @@ NEW_ASSIGNED = re.compile(
 
 
 def check_writes(
-    conn: Connection, config: Config, table: str, columns: Iterable[str]
+    conn: Connection, config: Config, target: Target, columns: Iterable[str]
 ) -> TargetProfile:
-    """Raise ConfigError when a stream of ``columns`` (empty: not known yet) cannot
-    be written into ``table`` as the config says; return the profile read."""
+    """Raise ConfigError when a stream of ``columns`` (the columns ``target``
+    receives; empty: not known yet) cannot be written into it as the config says;
+    return the profile read."""
     columns = list(columns)
     if columns:
-        refuse_missing_named(config, columns)
-    profile = read_profile(conn, table)
+        refuse_missing_named(config, target, columns)
+    profile = read_profile(conn, target.table)
     written = [c for c in columns if not config.cdc or c != config.cdc.op_column]
-    _refuse_self_updating(profile, config)
+    _refuse_self_updating(profile, target)
     if written:
         _refuse_computed(profile, written)
         _refuse_unfilled(profile, written)
         _refuse_unpinned(profile, written)
         _refuse_rewriting_triggers(profile, written)
-    refuse_unique_conflicts(conn, config, profile, written)
+    refuse_unique_conflicts(conn, target, profile, written)
     return profile
 
 
-def refuse_missing_named(config: Config, columns: Iterable[str]) -> None:
-    """Every column the config names must be a column of the stream."""
+def refuse_missing_named(
+    config: Config, target: Target, columns: Iterable[str]
+) -> None:
+    """Every column the config names for ``target`` must be one it receives."""
+    columns = list(columns)
     have = {c.lower() for c in columns}
-    mysql, cdc = config.mysql, config.cdc
-    named = [("mysql.key", k) for k in mysql.key]
-    named += [(f"mysql.merge.{c}", c) for c in mysql.merge]
-    if mysql.version_column:
-        named.append(("mysql.version_column", mysql.version_column))
+    cdc, where = config.cdc, target.where
+    named = [(f"{where}.key", k) for k in target.key]
+    named += [(f"{where}.merge.{c}", c) for c in target.merge]
+    if target.version_column:
+        named.append((f"{where}.version_column", target.version_column))
     if cdc:
-        named += [("cdc.op_column", cdc.op_column), ("cdc.order_by", cdc.order_by)]
-    for where, column in named:
+        named.append(("cdc.op_column", cdc.op_column))
+        if not config.mysql.route_column:
+            named.append(("cdc.order_by", cdc.order_by))
+    for setting, column in named:
         if column.lower() not in have:
+            them = "the stream" if target.route is None else f"table {target.table}"
             raise ConfigError(
-                f"{where} names column {column!r}, which the stream does not have "
+                f"{setting} names column {column!r}, which {them} does not have "
                 f"(its columns: {', '.join(columns)}): the setting would silently "
                 "not apply. Add the column to the stream ([transform]) or remove "
                 "the setting"
             )
 
 
-def _refuse_self_updating(profile: TargetProfile, config: Config) -> None:
-    mysql = config.mysql
-    keep = [c for c, p in mysql.merge.items() if p == "keep"]
-    roles = [(k, "a key column", "") for k in mysql.key] + [
-        (c, "a keep column (mysql.merge)", ", or let the stream overwrite it")
+def _refuse_self_updating(profile: TargetProfile, target: Target) -> None:
+    keep = [c for c, p in target.merge.items() if p == "keep"]
+    roles = [(k, "a key column", "") for k in target.key] + [
+        (c, f"a keep column ({target.where}.merge)", ", or let the stream overwrite it")
         for c in keep
     ]
     for column, role, or_else in roles:

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from wal_sink.config import WalConfig
+from wal_sink.config import Target, WalConfig
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.tombstones import Tombstones
-from wal_sink.ops.quarantine_entries import ROW, list_entries
+from wal_sink.ops.quarantine_entries import ROW, ListedEntry, list_entries
 from wal_sink.ops.quarantine_purge import (
     QuarantinePurgePlan,
     execute_quarantine_purge,
@@ -196,21 +196,30 @@ def expire_tombstones(sink: SinkInstance, dry_run: bool = False) -> int | None:
     quarantined upsert: a retry of it would otherwise bring the deleted row back.
     None when the sink keeps no tombstones."""
     config = sink.config
-    if not config.cdc or not config.mysql.version_column:
+    guarded = [t for t in config.mysql.targets if config.cdc and t.version_column]
+    if not guarded:
         return None
     retention = parse_duration(config.cdc.tombstone_retention)
-    keep = _open_upsert_keys(sink)
+    listed = list_entries(sink)
+    expired = 0
     with sink.engine.begin() as conn:
-        return Tombstones(config).expire(conn, retention, dry_run, keep)
+        for target in guarded:
+            keep = _open_upsert_keys(sink, listed, target)
+            tombstones = Tombstones(config, target)
+            expired += tombstones.expire(conn, retention, dry_run, keep)
+    return expired
 
 
-def _open_upsert_keys(sink: SinkInstance) -> list[tuple[Any, ...]]:
-    """The keys of the sink's open quarantine entries a retry would upsert."""
-    key, cdc = sink.config.mysql.key, sink.config.cdc
+def _open_upsert_keys(
+    sink: SinkInstance, listed: list[ListedEntry], target: Target
+) -> list[tuple[Any, ...]]:
+    """The keys of the sink's open quarantine entries a retry would upsert into
+    ``target``."""
+    cdc = sink.config.cdc
     keys = set()
-    for listed in list_entries(sink):
-        if listed.is_open and listed.kind == ROW:
-            record = json.loads(listed.entry.record)
+    for entry in listed:
+        if entry.is_open and entry.kind == ROW and entry.table == target.table:
+            record = json.loads(entry.entry.record)
             if cdc is None or record.get(cdc.op_column) not in cdc.delete_values:
-                keys.add(tuple(record.get(k) for k in key))
+                keys.add(tuple(record.get(k) for k in target.key))
     return sorted(keys, key=repr)

@@ -53,6 +53,9 @@ class ListedEntry:
     """ROW, RAW_TEXT, PARTIAL_ROW or ROW_WITHOUT_OP."""
     retry: RetryState | None
     """What a retry recorded of it, if any."""
+    table: str = ""
+    """The target table it was meant for (by its route, with several tables);
+    ``""`` when its route names none."""
 
     @property
     def state(self) -> str:
@@ -87,6 +90,7 @@ class ListedEntry:
             "recorded_at": e.recorded_at.isoformat(),
             "retried_at": self.retry.at.isoformat() if self.retry else None,
             "apply_id": e.apply_id,
+            "table": self.table,
             "record": json.loads(e.record),
         }
 
@@ -114,12 +118,29 @@ def kind_of(
     return ROW
 
 
+def table_of(entry: StoredEntry, config: Config) -> str:
+    """The table an entry was meant for: the single table, or the one its
+    record's route names (``""``: none, or raw text without a record)."""
+    mysql = config.mysql
+    if not mysql.route_column:
+        return mysql.target.table
+    if entry.from_parse_errors:
+        return ""
+    route = json.loads(entry.record).get(mysql.route_column)
+    return next((t.table for t in mysql.targets if t.route == route), "")
+
+
 def list_entries(
-    sink: SinkInstance, *, batch_id: int | None = None, reason: str | None = None
+    sink: SinkInstance,
+    *,
+    batch_id: int | None = None,
+    reason: str | None = None,
+    table: str | None = None,
 ) -> list[ListedEntry]:
-    """The sink's entries (of one batch, whose reason holds ``reason`` in any case)
-    in batch order, then in the order they were set aside, with their retry rows
-    (a plain read: for showing and planning, not for deciding)."""
+    """The sink's entries (of one batch, whose reason holds ``reason`` in any case,
+    of one ``table``) in batch order, then in the order they were set aside, with
+    their retry rows (a plain read: for showing and planning, not for
+    deciding)."""
     entries = sink.quarantine.entries(batch_id)
     with sink.engine.connect() as conn:
         found = sink.retries.of(conn, [e.entry_id for e in entries])
@@ -132,10 +153,15 @@ def list_entries(
         )
     listed = [
         ListedEntry(
-            e, kind_of(e, sink.config, acked_by, superseded), found.get(e.entry_id)
+            e,
+            kind_of(e, sink.config, acked_by, superseded),
+            found.get(e.entry_id),
+            table_of(e, sink.config),
         )
         for e in entries
     ]
+    if table is not None:
+        listed = [e for e in listed if e.table == table]
     if reason is not None:
         wanted = reason.casefold()
         listed = [

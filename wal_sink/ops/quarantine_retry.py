@@ -90,14 +90,15 @@ class BatchRetry:
 
 
 def plan_retry(
-    sink: SinkInstance, *, batch_id: int | None = None, reason: str | None = None
+    sink: SinkInstance,
+    *,
+    batch_id: int | None = None,
+    reason: str | None = None,
+    table: str | None = None,
 ) -> RetryPlan:
-    """Select the open entries (of one batch, whose reason holds ``reason``)."""
-    listed = list_entries(
-        sink,
-        batch_id=batch_id,
-        reason=reason,
-    )
+    """Select the open entries (of one batch, whose reason holds ``reason``, of
+    one ``table``)."""
+    listed = list_entries(sink, batch_id=batch_id, reason=reason, table=table)
     by_batch: dict[int, list[StoredEntry]] = {}
     not_retried: dict[str, int] = {}
     for e in listed:
@@ -120,16 +121,16 @@ class QuarantineRetry:
     def __init__(self, sink: SinkInstance) -> None:
         self.sink = sink
         self.config = sink.config
-        self.rows = sink.row_applier()
+        self.rows = sink.batch_rows()
         self.columns = wal_columns(sink.wal)
 
     def prepare(self) -> None:
         """The target's checks (as at the job's start) and the sink's tables."""
         engine = self.sink.engine
         try:
-            preflight(
-                engine, self.config, reflect_target(engine, self.config.mysql.table)
-            )
+            for target in self.config.mysql.targets:
+                table = reflect_target(engine, target.table)
+                preflight(engine, self.config, target, table)
             init_db(engine, self.config.mysql)
         except DBAPIError as e:
             raise mysql_error(e, sink_id=self.sink.sink_id) from e
@@ -185,7 +186,6 @@ class QuarantineRetry:
                 e,
                 sink_id=sink.sink_id,
                 batch_id=batch_id,
-                table=self.config.mysql.table,
             ) from e
         return BatchRetry(
             batch_id, len(applied), failed, len(entries) - len(todo), stale

@@ -64,7 +64,12 @@ def plan_replay(
     wanted = range(first, last + 1)
     in_wal = [b for b in wanted if b in staged]
     apply = tuple(b for b in in_wal if force or b not in acked)
-    add_columns = tuple(c for c, p in instance.config.mysql.merge.items() if p == "add")
+    add_columns = tuple(
+        c
+        for t in instance.config.mysql.targets
+        for c, p in t.merge.items()
+        if p == "add"
+    )
     return ReplayPlan(
         apply=apply,
         skipped_acked=tuple(b for b in in_wal if b not in apply),

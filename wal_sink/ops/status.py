@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import ProgrammingError
 
+from wal_sink.mysql.acks import AckSummary, TableCounts
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.retry_state import RetryCounts
 from wal_sink.mysql.tombstones import Tombstones
@@ -75,6 +76,10 @@ class SinkStatus:
     lease_epoch: int | None = None
     lease_holder: str | None = None
     lease_acquired_at: str | None = None
+    tables: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    """Per target table (always one at least): rows applied, deleted, set aside,
+    skipped, tombstones; with several tables ``""`` counts the rows whose route
+    named none."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,7 +102,8 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
                     lease.c.sink_id == sink.sink_id
                 )
             ).first()
-            tombstones = _tombstones(sink, conn)
+            kept = _tombstones(sink, conn)
+            by_table = sink.acks.table_counts(conn)
             retries = sink.retries.counts(conn)
         tables = True
     except ProgrammingError as e:
@@ -105,7 +111,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
             raise
         acks, unacked, outbox, lease_row, tables = None, sorted(staged), 0, None, False
         set_aside = []
-        tombstones = None
+        kept, by_table = {}, {}
         retries = RetryCounts(0, 0)
     quarantine = QuarantineCounts(sink.quarantine.count(), *astuple(retries))
     now = datetime.now(timezone.utc).replace(tzinfo=None)
@@ -139,7 +145,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         rows_quarantined=acks.quarantined if acks else 0,
         quarantined_batches=set_aside,
         rows_skipped=acks.skipped if acks else 0,
-        tombstones=tombstones,
+        tombstones=sum(kept.values()) if kept else None,
         outbox_rows=outbox,
         quarantine_entries=quarantine.entries,
         quarantine_open=quarantine.open,
@@ -153,13 +159,45 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         lease_epoch=lease_row[0] if lease_row else None,
         lease_holder=lease_row[1] if lease_row else None,
         lease_acquired_at=lease_row[2].isoformat() if lease_row else None,
+        tables=_per_table(sink, acks, by_table, kept),
     )
 
 
-def _tombstones(sink: SinkInstance, conn: Connection) -> int | None:
-    """How many tombstones the sink keeps; None without [cdc] and a version column
-    (0 while the table does not exist yet)."""
+def _per_table(
+    sink: SinkInstance,
+    acks: AckSummary | None,
+    by_table: dict[str, TableCounts],
+    kept: dict[str, int],
+) -> dict[str, dict[str, int | None]]:
+    """Each target table's counts: the ack rows' own with one table, the per-table
+    counts with several."""
+    if not sink.config.mysql.route_column and acks is not None:
+        (only,) = sink.config.mysql.targets
+        by_table = {
+            only.table: TableCounts(
+                acks.rows, acks.deleted, acks.skipped, acks.quarantined
+            )
+        }
+    names = [t.table for t in sink.config.mysql.targets]
+    names += [n for n in by_table if n not in names]
+    return {
+        name: {
+            "rows_applied": by_table.get(name, TableCounts()).upserted,
+            "rows_deleted": by_table.get(name, TableCounts()).deleted,
+            "rows_quarantined": by_table.get(name, TableCounts()).set_aside,
+            "rows_skipped": by_table.get(name, TableCounts()).skipped,
+            "tombstones": kept.get(name),
+        }
+        for name in names
+    }
+
+
+def _tombstones(sink: SinkInstance, conn: Connection) -> dict[str, int]:
+    """How many tombstones the sink keeps, per table with [cdc] and a version
+    column (0 while its tombstone table does not exist yet)."""
     config = sink.config
-    if not config.cdc or not config.mysql.version_column:
-        return None
-    return Tombstones(config).count(conn)
+    return {
+        t.table: Tombstones(config, t).count(conn)
+        for t in config.mysql.targets
+        if config.cdc and t.version_column
+    }

@@ -29,7 +29,7 @@ from sqlalchemy import Connection, Delete, Engine, Table, Update, text
 from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink.config import Config
+from wal_sink.config import Config, Target
 from wal_sink.mysql.bulk_load import BulkLoader
 from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.multi_row import MultiRowUpsert
@@ -51,9 +51,7 @@ from wal_sink.protocol.row_by_row import (
 )
 from wal_sink.protocol.screen import Screen, Screened
 from wal_sink.protocol.versioned_cdc import VersionedCdc
-from wal_sink.wal.model import StagedBatch
 from wal_sink.wal.quarantine import Entry
-from wal_sink.wal.reader import WalReader
 
 log = logging.getLogger(__name__)
 
@@ -64,21 +62,23 @@ U = TypeVar("U")
 
 
 class RowApplier:
-    """Applies batches' rows to the target table of one sink."""
+    """Applies rows to one target table of a sink (``target``)."""
 
-    def __init__(self, config: Config, engine: Engine, wal: WalReader) -> None:
+    def __init__(self, config: Config, target: Target, engine: Engine) -> None:
         self.config = config
+        self.mysql = target
         self.engine = engine
-        self.wal = wal
         self.sink_id = config.sink.id
         self._target: Table | None = None
         self._screen: Screen | None = None
-        self.paths = ChunkPaths(self.sink_id, config.mysql.key)
+        self.paths = ChunkPaths(self.sink_id, target.key)
         """Which way each chunk goes, and the ladder down when one fails it."""
         self._by_schema: list[_Statements] = []
         self._another_row: AnotherRow | None = None
         self.versioned = (
-            VersionedCdc(config) if config.cdc and config.mysql.version_column else None
+            VersionedCdc(config, target)
+            if config.cdc and target.version_column
+            else None
         )
         """Stale upserts and tombstones, with [cdc] and a version column."""
         self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="wal-sink-prefetch")
@@ -91,15 +91,8 @@ class RowApplier:
     def target(self) -> Table:
         """The reflected target table (once); refuses tables that are not InnoDB."""
         if self._target is None:
-            self._target = reflect_target(self.engine, self.config.mysql.table)
+            self._target = reflect_target(self.engine, self.mysql.table)
         return self._target
-
-    def apply(
-        self, conn: Connection, batch: StagedBatch, on_chunk: ChunkCallback | None
-    ) -> AppliedRows:
-        """Apply the batch in staged order."""
-        chunks = self.wal.read_batch(batch, self.config.wal.chunk_rows)
-        return self.apply_chunks(conn, chunks, batch.rows, on_chunk)
 
     def apply_chunks(
         self,
@@ -170,7 +163,7 @@ class RowApplier:
     ) -> tuple[int, int]:
         """Rows applied row by row, in order, in runs of upserts and deletes;
         returns (upserted, deleted)."""
-        mysql, cdc = self.config.mysql, self.config.cdc
+        mysql, cdc = self.mysql, self.config.cdc
         rows = deleted = 0
         for is_delete, run, ops in split_runs(
             values,
@@ -225,7 +218,9 @@ class RowApplier:
         """The screen of chunks (once: it reads the server's max_allowed_packet)."""
         if self._screen is None:
             packet = conn.execute(text("SELECT @@max_allowed_packet")).scalar_one()
-            self._screen = Screen(self.config, self.target(), int(packet))
+            self._screen = Screen(
+                self.config, self.mysql.key, self.target(), int(packet)
+            )
         return self._screen
 
     def _statements(
@@ -236,11 +231,11 @@ class RowApplier:
         found = self._known(schema)
         if found is not None:
             return found
-        mysql, cdc = self.config.mysql, self.config.cdc
+        mysql, cdc = self.mysql, self.config.cdc
         target = self.target()
         columns = [c for c in schema.names if not cdc or c != cdc.op_column]
         profile = check_writes(
-            conn, self.config, target.name, schema.names if stream is None else stream
+            conn, self.config, mysql, schema.names if stream is None else stream
         )
         upsert = build_upsert(target, columns, mysql)
         unsigned_adds = tuple(
@@ -253,7 +248,7 @@ class RowApplier:
         multi = loader = None
         if not cdc:
             multi = MultiRowUpsert.for_schema(conn, upsert, columns, schema)
-            if mysql.local_infile and BulkLoader.supports(conn, schema):
+            if self.config.mysql.local_infile and BulkLoader.supports(conn, schema):
                 loader = BulkLoader(target, columns, mysql, self.sink_id)
         versioned = self.versioned if cdc and mysql.version_column in columns else None
         delete = build_delete(target, mysql, versioned is not None) if cdc else None
@@ -283,7 +278,7 @@ class RowApplier:
         """Why MySQL refused one row's upsert; one that would reach another key's
         row names the index and that row's key."""
         if self._another_row is None:
-            self._another_row = AnotherRow(self.target(), self.config.mysql.key)
+            self._another_row = AnotherRow(self.target(), self.mysql.key)
         return self._another_row.reason(conn, row, e) or refused(conn, row, e)
 
     def _decide_ahead(self, screened: Screened) -> Decision | None:

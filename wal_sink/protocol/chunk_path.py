@@ -33,6 +33,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.errors import first_line
+from wal_sink.mysql.acks import TableCounts
 from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
 from wal_sink.mysql.errors import is_row_error
 from wal_sink.mysql.multi_row import MultiRowUpsert
@@ -111,6 +112,8 @@ class AppliedRows:
     """CDC upserts a newer delete made stale: not applied, not set aside."""
     set_aside: list[Entry] = field(default_factory=list)
     """Rows set aside for the quarantine, in staged order, with their reason."""
+    tables: dict[str, TableCounts] = field(default_factory=dict)
+    """Per table, with several tables (``""``: rows whose route names none)."""
 
 
 class FastWays(Protocol):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from sqlalchemy import Connection, Engine
@@ -36,15 +36,16 @@ from sqlalchemy.exc import DBAPIError
 from wal_sink import faults
 from wal_sink.errors import FencedError, TerminalError, TransientError, first_line
 from wal_sink.metrics import SinkMetrics
-from wal_sink.mysql.acks import Ack
+from wal_sink.mysql.acks import Ack, TableCounts
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.lease import check as check_lease
 from wal_sink.mysql.row_screen import CUT, RECORD_CUT, row_record
 from wal_sink.mysql.tables import APPLIED, QUARANTINED
-from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
+from wal_sink.protocol.batch_rows import ChunkCallback
 from wal_sink.protocol.chunk_path import AppliedRows
 from wal_sink.protocol.parts import SinkParts
 from wal_sink.protocol.retry import OutageBudget
+from wal_sink.protocol.routed_rows import BatchRows
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.wal.model import BatchState, StagedBatch
 from wal_sink.wal.quarantine import Entry, record_json
@@ -83,6 +84,17 @@ class CommitResult:
     """Time of the transaction that applied it (shared by its group)."""
     skipped: int = 0
     """CDC upserts a newer delete made stale: not applied, not quarantined."""
+    table: str = ""
+    """The target table, with one."""
+    tables: dict[str, TableCounts] = field(default_factory=dict)
+    """Per table, with several (``""``: rows whose route named none)."""
+
+    def by_table(self) -> dict[str, TableCounts]:
+        """What the batch did to each table."""
+        if self.tables:
+            return self.tables
+        counts = TableCounts(self.rows, self.deleted, self.skipped, self.quarantined)
+        return {self.table: counts}
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,7 @@ class _Outcome:
     deleted: int = 0
     quarantined: int = 0
     skipped: int = 0
+    tables: dict[str, TableCounts] = field(default_factory=dict)
 
 
 class Committer:
@@ -107,7 +120,7 @@ class Committer:
         self,
         parts: SinkParts,
         engine: Engine,
-        rows: RowApplier,
+        rows: BatchRows,
         epoch: int,
         stop: StopSignal | None = None,
         metrics: SinkMetrics | None = None,
@@ -129,6 +142,11 @@ class Committer:
         """Rows may wait in the outbox: put there by an apply, left by a failed
         drain, or by an earlier process (hence True at first)."""
         self.rows = rows
+        mysql = parts.config.mysql
+        self.table = "" if mysql.route_column else mysql.target.table
+        """The target table with one (results and metrics name it); with several
+        a result without per-table counts (a batch set aside whole, or found
+        committed after a lost reply) counts under ``""``."""
 
     @property
     def sink_id(self) -> str:
@@ -292,17 +310,19 @@ class Committer:
                     self._outbox_filled |= bool(put)
                     rows, deleted = applied.upserted, applied.deleted
                     skipped = applied.skipped
-                    self.acks.complete(conn, batch_id, rows, deleted, put, skipped)
+                    self.acks.complete(
+                        conn, batch_id, rows, deleted, put, skipped, applied.tables
+                    )
                     results.append(
-                        _Outcome(batch_id, None, rows, deleted, put, skipped)
+                        _Outcome(
+                            batch_id, None, rows, deleted, put, skipped, applied.tables
+                        )
                     )
                     faults.hit("commit.before_commit", batch_id)
                 # Step 4. COMMIT (leaving the block).
             faults.hit("commit.after_commit", last)
         except DBAPIError as e:
-            raise mysql_error(
-                e, sink_id=self.sink_id, batch_id=first, table=self.config.mysql.table
-            ) from e
+            raise mysql_error(e, sink_id=self.sink_id, batch_id=first) from e
         seconds = time.monotonic() - started
         self.metrics.commit_seconds.observe(seconds)
         return [self._result(r, tried, seconds) for r in results]
@@ -343,6 +363,8 @@ class Committer:
                 outcome.quarantined,
                 seconds,
                 outcome.skipped,
+                self.table,
+                outcome.tables,
             )
         if ack.apply_id in tried:  # an earlier attempt committed; its reply was lost
             return CommitResult(
@@ -353,6 +375,7 @@ class Committer:
                 ack.quarantined,
                 seconds,
                 ack.skipped,
+                self.table,
             )
         log.info("sink %s batch %s already applied; skipped", self.sink_id, batch_id)
         return CommitResult(batch_id, applied=False)

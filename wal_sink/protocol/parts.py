@@ -45,7 +45,7 @@ class SinkParts:
             writer=WalWriter(config.wal_path, sink_id, config.storage),
             quarantine=quarantine,
             tables=tables,
-            acks=AckTable(tables.ack, sink_id),
+            acks=AckTable(tables.ack, sink_id, tables.ack_tables),
             retries=RetryStates(tables.retry, sink_id),
             outbox=Outbox(tables.outbox, sink_id, quarantine),
         )

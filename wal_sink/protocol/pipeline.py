@@ -74,10 +74,17 @@ def describe(applied: Applied) -> str:
     if not r.applied:
         return f"batch {r.batch_id} already applied"
     lag = "-" if applied.lag_ms is None else f"{applied.lag_ms:.0f}"
+    tables = ""
+    if r.tables:  # several tables: each one's rows, strays as "-"
+        tables = " tables=" + ",".join(
+            f"{name or '-'}:{c.upserted + c.deleted + c.skipped + c.set_aside}"
+            for name, c in r.tables.items()
+        )
     return (
         f"batch {r.batch_id} applied: rows={r.rows} deleted={r.deleted} "
         f"quarantined={r.quarantined}"
         + (f" skipped={r.skipped}" if r.skipped else "")
+        + tables
         + f" commit_ms={r.seconds * 1000:.0f} "
         f"lag_ms={lag} pending={applied.pending}"
     )
@@ -88,10 +95,8 @@ def record_applied(metrics: SinkMetrics, applied: Applied) -> None:
     result = applied.result
     if result.applied:
         metrics.batches_applied.inc()
-        metrics.rows_applied.inc(result.rows)
-        metrics.rows_deleted.inc(result.deleted)
-        metrics.rows_quarantined.inc(result.quarantined)
-        metrics.rows_skipped.inc(result.skipped)
+        for table, c in result.by_table().items():
+            metrics.count_rows(table, c.upserted, c.deleted, c.set_aside, c.skipped)
         if applied.lag_ms is not None:
             metrics.lag_seconds.observe(max(0.0, applied.lag_ms / 1000))
     metrics.last_applied_batch.set(result.batch_id)

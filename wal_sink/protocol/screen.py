@@ -43,8 +43,11 @@ class Screened:
 class Screen:
     """Screens the chunks of one sink's batches against one server."""
 
-    def __init__(self, config: Config, target: Table, max_packet: int) -> None:
+    def __init__(
+        self, config: Config, key: tuple[str, ...], target: Table, max_packet: int
+    ) -> None:
         self.config = config
+        self.key = key
         self.target = target
         self.max_packet = max_packet
 
@@ -60,7 +63,7 @@ class Screen:
         deletes = self._deletes(chunk)
         for i, reason in null_into_now(chunk, self.target, deletes).items():
             reasons.setdefault(i, reason)
-        too_big = oversized(chunk, self.config.mysql.key, self.max_packet, deletes)
+        too_big = oversized(chunk, self.key, self.max_packet, deletes)
         cut = {i for i in too_big if i not in reasons}
         for i in cut:
             reasons[i] = too_big[i]

@@ -23,13 +23,13 @@ from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.tombstones import Tombstones
 from wal_sink.mysql.write_checks import check_writes
-from wal_sink.protocol.batch_rows import RowApplier
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.parts import SinkParts
 from wal_sink.protocol.pipeline import Applied, Pipeline
 from wal_sink.protocol.quarantine_counts import quarantine_counts
 from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
+from wal_sink.protocol.routed_rows import BatchRows, tables_columns
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.wal.conditional_put import check_conditional_put
 from wal_sink.wal.ownership import QUARANTINE, WAL, adopt
@@ -71,7 +71,7 @@ class SinkInstance:
         """Read by the committer, its thread, the outage budget and the follower."""
         self.committer: Committer | None = None
         self._pipeline: Pipeline | None = None
-        self._row_appliers: list[RowApplier] = []
+        self._row_appliers: list[BatchRows] = []
         self.known = KnownBatches(None, None)
         """What the WAL and the ack table knew when the lease was taken."""
         self.stream_columns: tuple[str, ...] = ()
@@ -113,9 +113,10 @@ class SinkInstance:
             return
         try:
             # A table this user cannot see, or that is gone, is said first.
-            table = reflect_target(self.engine, self.config.mysql.table).name
+            received = self._received(columns)
             with self.engine.connect() as conn:
-                check_writes(conn, self.config, table, columns)
+                for target in self.config.mysql.targets:
+                    check_writes(conn, self.config, target, received[target.table])
         except DBAPIError as e:
             if not is_transient(e):
                 raise mysql_error(e, sink_id=self.sink_id) from e
@@ -202,14 +203,30 @@ class SinkInstance:
             )
         return self.committer
 
+    def _received(self, columns: list[str]) -> dict[str, list[str]]:
+        """The columns each target table takes of a stream of ``columns`` (none
+        when not known), each table reflected (a missing or hidden one refused)."""
+        tables = {
+            t.table: reflect_target(self.engine, t.table)
+            for t in self.config.mysql.targets
+        }
+        if not self.config.mysql.route_column or not columns:
+            return {name: columns for name in tables}
+        have = {name: table.c.keys() for name, table in tables.items()}
+        return tables_columns(self.config, have, columns)
+
     def _take_lease(self) -> Committer:
         try:
-            target = reflect_target(self.engine, self.config.mysql.table)
-            preflight(self.engine, self.config, target, self.stream_columns)
+            config = self.config
+            received = self._received(list(self.stream_columns))
+            for target in config.mysql.targets:
+                table = reflect_target(self.engine, target.table)
+                preflight(self.engine, config, target, table, received[target.table])
             self._checked_columns.add(frozenset(self.stream_columns))
-            init_db(self.engine, self.config.mysql)
-            if self.config.cdc and self.config.mysql.version_column:
-                Tombstones(self.config).ensure(self.engine)
+            init_db(self.engine, config.mysql)
+            for target in config.mysql.targets:
+                if config.cdc and target.version_column:
+                    Tombstones(config, target).ensure(self.engine)
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)
             with self.engine.connect() as conn:
                 self.known = known_batches(conn, self.acks, self.wal)
@@ -232,12 +249,13 @@ class SinkInstance:
         """The committer of this sink as the holder of lease ``epoch``: the one
         place it is put together from the sink's parts. ``start`` takes the lease
         first; a committer whose epoch is not the lease's is fenced at COMMIT."""
-        rows = self.row_applier()
+        rows = self.batch_rows()
         return Committer(self.parts, self.engine, rows, epoch, self.stop, self.metrics)
 
-    def row_applier(self) -> RowApplier:
-        """A row applier on this instance's engine; ``close`` ends its thread."""
-        rows = RowApplier(self.config, self.engine, self.wal)
+    def batch_rows(self) -> BatchRows:
+        """The row appliers of the sink's tables on this instance's engine;
+        ``close`` ends their threads."""
+        rows = BatchRows(self.config, self.engine, self.wal)
         self._row_appliers.append(rows)
         return rows
 

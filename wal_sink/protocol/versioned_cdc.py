@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from wal_sink.config import Config
+from wal_sink.config import Config, Target
 from wal_sink.mysql import tombstone_probe
 from wal_sink.mysql.tombstone_probe import Document, StaleProbe
 from wal_sink.mysql.tombstones import Tombstones
@@ -35,15 +35,15 @@ from wal_sink.wal.quarantine import Entry
 class VersionedCdc:
     """Stale upserts and tombstones of one sink (``[cdc]`` and a version column)."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, target: Target) -> None:
         cdc = config.cdc
-        if cdc is None or not config.mysql.version_column:
-            raise ValueError("VersionedCdc needs [cdc] and mysql.version_column")
+        if cdc is None or not target.version_column:
+            raise ValueError("VersionedCdc needs [cdc] and a version column")
         self.op_column = cdc.op_column
         self.delete_values = cdc.delete_values
-        self.key = config.mysql.key
-        self.version = config.mysql.version_column
-        self.tombstones = Tombstones(config)
+        self.key = target.key
+        self.version = target.version_column
+        self.tombstones = Tombstones(config, target)
         self._probe: StaleProbe | None = None
 
     def pieces(

@@ -310,5 +310,6 @@ def check_stream(instance: SinkInstance, schema: StructType) -> None:
         if isinstance(f.dataType, (StructType, ArrayType, MapType))
     }
     if nested:
-        target = reflect_target(instance.engine, instance.config.mysql.table)
-        check_json_targets(target, nested)
+        for target in instance.config.mysql.targets:
+            table = reflect_target(instance.engine, target.table)
+            check_json_targets(table, {n: k for n, k in nested.items() if n in table.c})

@@ -1,7 +1,8 @@
 """The streaming DataFrames a job runs: [source] read, then [transform].
 
-Kafka values are parsed as JSON with the configured schema; file formats use it as
-their schema; reader options pass through unchanged. Records Spark cannot parse
+Kafka values are parsed as JSON with the configured schema (with several tables,
+each record's ``topic`` beside them); file formats use it as their schema; reader
+options pass through unchanged. Records Spark cannot parse
 (malformed, or a value of the wrong type) are not turned into rows of NULLs that an
 upsert would write over good values: PERMISSIVE parsing keeps their raw text in
 ``_wal_corrupt``, and they leave the main stream for the quarantine. The transform is
@@ -23,6 +24,10 @@ CORRUPT_COLUMN = "_wal_corrupt"
 PARSED_FORMATS = ("kafka", "json", "csv")
 PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
 RATE_LIMIT = re.compile(r"max\w*PerTrigger", re.IGNORECASE)
+TOPIC = "topic"
+"""Kafka's topic of each record: with several tables it reaches the transform (as
+``topic``, unless the value has a field of that name), so a topic per table
+routes by it."""
 
 
 def read_source(spark: SparkSession, config: Config, rate_scale: int = 1) -> DataFrame:
@@ -44,7 +49,12 @@ def read_source(spark: SparkSession, config: Config, rate_scale: int = 1) -> Dat
     if src.format == "kafka":
         raw = reader.format("kafka").load()
         parsed = F.from_json(F.col("value").cast("string"), schema, PERMISSIVE)
-        return raw.select(parsed.alias("_value")).select("_value.*")
+        values = raw.select(parsed.alias("_value"), TOPIC)
+        rows = values.select("_value.*")
+        if config.mysql.route_column and TOPIC not in rows.columns:
+            # several tables: a topic per table, as Debezium writes them
+            return values.select("_value.*", TOPIC)
+        return rows
     if src.format == "rate":
         return reader.format("rate").load()
     reader = reader.format(src.format)

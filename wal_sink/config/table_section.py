@@ -1,0 +1,101 @@
+"""One target table's settings: ``[mysql.tables.NAME]`` (one stream, several
+tables), or the single-table form's keys at ``[mysql]``; either way resolved into a
+``Target``, which every part that knows a table takes (docs/merge.md, "One stream,
+several tables")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass as plain_dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+from pydantic.dataclasses import dataclass
+
+from wal_sink.config.values import SECTION, Identifier, Text
+
+TOMBSTONE_SUFFIX = "_tombstones"
+Policy = Literal["overwrite", "add", "keep"]
+Conflicts = Literal["refuse", "quarantine"]
+
+
+def one_or_many(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+Key = Annotated[
+    tuple[Identifier, ...], BeforeValidator(one_or_many), Field(min_length=1)
+]
+
+
+@dataclass(frozen=True, config=SECTION)
+class TableConfig:
+    key: Key
+    """Columns of the table's PRIMARY KEY or a UNIQUE key."""
+    merge: dict[Identifier, Policy] = Field(default_factory=dict)
+    """Per-column policy: overwrite (default) | add | keep."""
+    version_column: Identifier | None = None
+    """Rows update overwrite columns only when their version is >= the stored one."""
+    unique_conflicts: Conflicts = "refuse"
+    """Another unique index the stream writes: refuse to start, or set aside records
+    that would reach another row through it."""
+    tombstone_table: Identifier | None = None
+    """With [cdc] and version_column: deleted keys and versions (default: the
+    table's name + "_tombstones")."""
+    columns: tuple[Identifier, ...] | None = None
+    """The stream columns this table takes (default: those the table has)."""
+    route: Text | None = None
+    """The value of mysql.route_column meaning this table (default: the section's
+    name; Debezium's topic names hold dots, which a section name cannot)."""
+
+    @model_validator(mode="after")
+    def _policies(self) -> TableConfig:
+        check_policies(self.key, self.merge, self.version_column, "")
+        return self
+
+
+def check_policies(
+    key: tuple[str, ...],
+    merge: dict[str, str],
+    version_column: str | None,
+    where: str,
+) -> None:
+    """A key column has no merge policy and is not the version column; the version
+    column has no merge policy either. ``where`` prefixes the keys named."""
+    for column in merge:
+        if column in key:
+            raise ValueError(
+                f"{where}merge.{column}: a key column cannot have a merge policy"
+            )
+    if version_column in merge:
+        raise ValueError(
+            f"{where}merge.{version_column}: the version column cannot have a "
+            "merge policy"
+        )
+    if version_column in key:
+        raise ValueError(f"{where}version_column cannot be a key column")
+
+
+@plain_dataclass(frozen=True, eq=False)
+class Target:
+    """One target table and how rows merge into it."""
+
+    table: str
+    key: tuple[str, ...]
+    merge: dict[str, str]
+    version_column: str | None
+    unique_conflicts: str
+    tombstone_table: str | None
+    columns: tuple[str, ...] | None
+    """The stream columns it takes; None: those the table has."""
+    route: str | None
+    """The route value meaning it; None in the single-table form."""
+    where: str
+    """Where its settings are, for messages: ``mysql`` or ``mysql.tables.NAME``."""
+
+    @property
+    def tombstones(self) -> str:
+        """The tombstone table's name (used with [cdc] and a version column)."""
+        return self.tombstone_table or f"{self.table}{TOMBSTONE_SUFFIX}"
+
+    def policy(self, column: str) -> str:
+        return self.merge.get(column, "overwrite")

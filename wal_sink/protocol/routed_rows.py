@@ -1,0 +1,350 @@
+"""A staged batch's rows applied to the sink's target tables, inside the batch's one
+transaction (Step 3, docs/protocol.md): one row applier per table (batch_rows.py).
+
+With one table the batch goes to it as it is. With ``mysql.route_column`` each row
+goes to the table its route names (docs/merge.md, "One stream, several tables"):
+
+- the batch keeps its one staged order (``cdc.order_by`` with CDC): it is cut into
+  runs of consecutive upserts and of consecutive deletes, in order;
+- within a run of upserts the tables go parents first, within a run of deletes
+  children first, as their foreign keys say (mysql/table_order.py); each table's
+  rows keep their staged order and go to its applier together, so the fast paths
+  see a table's rows of the whole run, not a mixed chunk's;
+- a table takes the stream's columns it has (or its ``columns``), the CDC op column
+  too; every other stream column must belong to some table, or the batch is
+  refused (ConfigError) before anything of it is applied;
+- a row whose route is NULL or names no table is set aside with that reason, its
+  record whole.
+
+A run is held in memory up to ``mysql.max_transaction_rows`` rows; a longer one (a
+large batch of upserts is one run) is read again from the WAL once per table, so
+memory stays bounded whatever the batch's size. Rows set aside keep their route, so
+``quarantine retry`` routes them again, in the same parent-child order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlalchemy import Connection, Engine
+
+from wal_sink.config import Config
+from wal_sink.errors import ConfigError
+from wal_sink.mysql.acks import TableCounts
+from wal_sink.mysql.row_screen import row_record
+from wal_sink.mysql.table_order import parents_first
+from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
+from wal_sink.protocol.chunk_path import AppliedRows
+from wal_sink.wal.model import StagedBatch
+from wal_sink.wal.quarantine import Entry
+from wal_sink.wal.reader import WalReader
+
+STRAY = ""
+"""The per-table counts' name for rows whose route names no table."""
+Read = Callable[[], Iterator[pa.RecordBatch]]
+
+
+@dataclass
+class _Run:
+    """Consecutive rows of one kind (upserts or deletes) at positions
+    ``start`` .. ``end`` of the batch; their parts per table while held."""
+
+    deletes: bool
+    start: int
+    end: int = 0
+    parts: dict[str, list[pa.RecordBatch]] = field(default_factory=dict)
+    held: int = 0
+    reread: bool = False
+    """Too long to hold: read again from the batch, one table at a time."""
+
+
+class BatchRows:
+    """Applies staged batches' rows to the tables of one sink."""
+
+    def __init__(self, config: Config, engine: Engine, wal: WalReader) -> None:
+        self.config = config
+        self.wal = wal
+        self.appliers = {
+            t.table: RowApplier(config, t, engine) for t in config.mysql.targets
+        }
+        self.route_column = config.mysql.route_column
+        self._by_route = {a.mysql.route: a for a in self.appliers.values()}
+        self._order: list[str] | None = None
+        self._columns: dict[tuple[str, ...], dict[str, list[str]]] = {}
+        self.hold = config.mysql.max_transaction_rows
+
+    def close(self) -> None:
+        """End the appliers' prefetch threads; once no batch is being applied."""
+        for applier in self.appliers.values():
+            applier.close()
+
+    def apply(
+        self, conn: Connection, batch: StagedBatch, on_chunk: ChunkCallback | None
+    ) -> AppliedRows:
+        """Apply the batch's rows in staged order (routed to their tables)."""
+
+        def read() -> Iterator[pa.RecordBatch]:
+            return self.wal.read_batch(batch, self.config.wal.chunk_rows)
+
+        if self.route_column is None:
+            (single,) = self.appliers.values()
+            return single.apply_chunks(conn, read(), batch.rows, on_chunk)
+        return self._routed(conn, read, batch.rows, on_chunk, None)
+
+    def apply_chunks(
+        self,
+        conn: Connection,
+        chunks: Iterator[pa.RecordBatch],
+        total: int,
+        stream: Sequence[str] | None = None,
+    ) -> AppliedRows:
+        """Apply ``chunks`` (rows of some of ``stream``'s columns: a quarantine
+        retry's records) as a staged batch's."""
+        if self.route_column is None:
+            (single,) = self.appliers.values()
+            return single.apply_chunks(conn, chunks, total, stream=stream)
+        held = list(chunks)  # a retry's entries of one batch
+        return self._routed(conn, lambda: iter(held), total, None, stream)
+
+    def _routed(
+        self,
+        conn: Connection,
+        read: Read,
+        total: int,
+        on_chunk: ChunkCallback | None,
+        stream: Sequence[str] | None,
+    ) -> AppliedRows:
+        order = self._parents_first(conn)
+        counts = _Counts()
+        run: _Run | None = None
+        position = 0
+        for chunk in read():
+            self._table_columns(chunk.schema.names, stream)  # refused before any
+            for deletes, start, length in self._segments(chunk):
+                if run is not None and run.deletes != deletes:
+                    self._flush(conn, run, order, read, stream, counts)
+                    self._progress(on_chunk, counts, total)
+                    run = None
+                if run is None:
+                    run = _Run(deletes, position + start)
+                run.end = position + start + length
+                piece = chunk.slice(start, length)
+                if run.reread:
+                    self._by_table(piece, counts)  # its strays: set aside
+                else:
+                    self._hold(run, piece, counts)
+            position += chunk.num_rows
+        if run is not None:
+            self._flush(conn, run, order, read, stream, counts)
+            self._progress(on_chunk, counts, total)
+        return counts.result()
+
+    def _segments(self, chunk: pa.RecordBatch) -> Iterator[tuple[bool, int, int]]:
+        """The chunk's stretches of upserts and of deletes: (deletes, start, rows)."""
+        cdc = self.config.cdc
+        if cdc is None or chunk.num_rows == 0:
+            yield False, 0, chunk.num_rows
+            return
+        kinds = pc.fill_null(
+            pc.is_in(chunk.column(cdc.op_column), pa.array(cdc.delete_values)), False
+        ).to_pylist()
+        start = 0
+        for i in range(1, len(kinds) + 1):
+            if i == len(kinds) or kinds[i] != kinds[start]:
+                yield kinds[start], start, i - start
+                start = i
+
+    def _hold(self, run: _Run, piece: pa.RecordBatch, counts: _Counts) -> None:
+        """Keep ``piece``'s rows with the run, by table; strays set aside now."""
+        for table, rows in self._by_table(piece, counts).items():
+            run.parts.setdefault(table, []).append(rows)
+            run.held += rows.num_rows
+        if run.held > self.hold:
+            run.reread, run.parts = True, {}
+
+    def _by_table(
+        self, piece: pa.RecordBatch, counts: _Counts
+    ) -> dict[str, pa.RecordBatch]:
+        """``piece``'s rows of each table (all the stream's columns); rows whose
+        route names no table go to ``counts`` as set aside."""
+        route = piece.column(self.route_column)
+        found: dict[str, pa.RecordBatch] = {}
+        named = pa.array([False] * piece.num_rows)
+        for value, applier in self._by_route.items():
+            mask = pc.fill_null(pc.equal(route, pa.scalar(value, route.type)), False)
+            if pc.any(mask).as_py():
+                found[applier.mysql.table] = piece.filter(mask)
+                named = pc.or_(named, mask)
+        for i in pc.indices_nonzero(pc.invert(named)).to_pylist():
+            value = route[i].as_py()
+            why = "its route is NULL" if value is None else f"route {value!r}"
+            counts.stray(
+                Entry(row_record(piece, i), f"{why} names no table of mysql.tables")
+            )
+        return found
+
+    def _flush(
+        self,
+        conn: Connection,
+        run: _Run,
+        order: list[str],
+        read: Read,
+        stream: Sequence[str] | None,
+        counts: _Counts,
+    ) -> None:
+        """Apply the run's rows table by table: parents first for upserts,
+        children first for deletes, each with the columns it takes."""
+        for table in reversed(order) if run.deletes else order:
+            if run.reread:
+                parts: Iterator[pa.RecordBatch] = self._reread(read, run, table)
+                rows = run.end - run.start
+            else:
+                held = run.parts.get(table, [])
+                parts, rows = iter(held), sum(p.num_rows for p in held)
+                if not rows:
+                    continue
+            applier = self.appliers[table]
+            applied = applier.apply_chunks(
+                conn,
+                (
+                    p.select(self._table_columns(p.schema.names, stream)[table])
+                    for p in parts
+                ),
+                rows,
+                stream=None
+                if stream is None
+                else self._table_columns(stream, stream)[table],
+            )
+            counts.add(table, applied, self.route_column, applier.mysql.route)
+
+    def _reread(self, read: Read, run: _Run, table: str) -> Iterator[pa.RecordBatch]:
+        """The run's rows of ``table``, read again from the batch."""
+        position = 0
+        ignore = _Counts()  # strays were set aside on the first pass
+        for chunk in read():
+            first, last = max(run.start - position, 0), run.end - position
+            position += chunk.num_rows
+            if last <= 0 or first >= chunk.num_rows:
+                continue
+            piece = chunk.slice(first, min(last, chunk.num_rows) - first)
+            rows = self._by_table(piece, ignore).get(table)
+            if rows is not None:
+                yield rows
+
+    def _table_columns(
+        self, names: Sequence[str], stream: Sequence[str] | None
+    ) -> dict[str, list[str]]:
+        """The columns each table takes of a schema's ``names`` (tables_columns);
+        the check against the stream is made once per schema."""
+        known = self._columns.get(tuple(names))
+        if known is None:
+            have = {t: a.target().c.keys() for t, a in self.appliers.items()}
+            known = tables_columns(self.config, have, names, stream)
+            self._columns[tuple(names)] = known
+        return known
+
+    def _parents_first(self, conn: Connection) -> list[str]:
+        if self._order is None:
+            self._order = parents_first(
+                conn, list(self.appliers), self.config.mysql.table_order
+            )
+        return self._order
+
+    def _progress(
+        self, on_chunk: ChunkCallback | None, counts: _Counts, total: int
+    ) -> None:
+        if on_chunk is not None:
+            on_chunk(min(counts.done, total), total)
+
+
+class _Counts:
+    """What a routed batch did, in all and per table."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, TableCounts] = {}
+        self.set_aside: list[Entry] = []
+        self.done = 0
+
+    def add(
+        self, table: str, applied: AppliedRows, route_column: str, route: str
+    ) -> None:
+        self.tables[table] = self.tables.get(table, TableCounts()) + TableCounts(
+            applied.upserted, applied.deleted, applied.skipped, len(applied.set_aside)
+        )
+        # set-aside records keep their route, so a retry routes them again
+        self.set_aside += [
+            Entry({**e.record, route_column: route}, e.reason)
+            if route_column not in e.record
+            else e
+            for e in applied.set_aside
+        ]
+        self.done += applied.upserted + applied.deleted + applied.skipped
+        self.done += len(applied.set_aside)
+
+    def stray(self, entry: Entry) -> None:
+        self.set_aside.append(entry)
+        known = self.tables.get(STRAY, TableCounts())
+        self.tables[STRAY] = known + TableCounts(set_aside=1)
+        self.done += 1
+
+    def result(self) -> AppliedRows:
+        return AppliedRows(
+            upserted=sum(t.upserted for t in self.tables.values()),
+            deleted=sum(t.deleted for t in self.tables.values()),
+            skipped=sum(t.skipped for t in self.tables.values()),
+            set_aside=self.set_aside,
+            tables=dict(self.tables),
+        )
+
+
+def tables_columns(
+    config: Config,
+    have: dict[str, Collection[str]],
+    names: Sequence[str],
+    stream: Sequence[str] | None = None,
+) -> dict[str, list[str]]:
+    """The columns each target table takes of ``names``: its ``columns``, or the
+    stream's columns it has (``have``: each table's columns), with the CDC op
+    column. ``stream``, when ``names`` are only some of the stream's columns (a
+    quarantine retry's records), is what the checks hold to.
+
+    Raises:
+        ConfigError: a stream column no table takes (the route and op columns
+            excepted), a table's ``columns`` naming one the stream lacks, or a
+            stream without the route column or ``cdc.order_by``.
+    """
+    mysql, cdc = config.mysql, config.cdc
+    op = [cdc.op_column] if cdc else []
+    whole = list(stream or names)
+    for setting, column in [("mysql.route_column", mysql.route_column)] + (
+        [("cdc.order_by", cdc.order_by)] if cdc else []
+    ):
+        if column and column not in whole:
+            raise ConfigError(
+                f"{setting} names column {column!r}, which the stream does not have "
+                f"(its columns: {', '.join(whole)})"
+            )
+    columns = {}
+    for target in mysql.targets:
+        wanted = target.columns
+        if wanted is None:
+            wanted = [c for c in whole if c in have[target.table] and c not in op]
+        missing = [c for c in wanted if c not in whole]
+        if missing:
+            raise ConfigError(
+                f"{target.where}.columns names column {missing[0]!r}, which the "
+                f"stream does not have (its columns: {', '.join(whole)})"
+            )
+        columns[target.table] = [c for c in dict.fromkeys([*wanted, *op]) if c in names]
+    taken = {c for t in mysql.targets for c in (t.columns or have[t.table])}
+    stray = [c for c in whole if c not in taken and c != mysql.route_column]
+    stray = [c for c in stray if c not in op]
+    if stray:
+        raise ConfigError(
+            f"stream column {stray[0]!r} belongs to no table of mysql.tables: leave "
+            "it out of the stream, add it to a table, or name it in a table's columns"
+        )
+    return columns
