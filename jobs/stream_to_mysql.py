@@ -1,15 +1,18 @@
 """spark-submit entry point: stream [source] -> [transform] -> MySQL, exactly once.
 
-    spark-submit jobs/stream_to_mysql.py -c conf/NAME.toml [--available-now]
-        [--spark-log-level LEVEL]
+    spark-submit jobs/stream_to_mysql.py -c conf/NAME.toml [--available-now |
+        --print-ddl] [--spark-log-level LEVEL]
 
---available-now drains what is there and exits 0. SIGTERM stops after the current
-batch. Exit codes: 0 done, 1 failed, 2 usage or configuration error.
+--available-now drains what is there and exits 0. --print-ddl prints the DDL the
+sink would run on its targets for this stream (creating or evolving them, whatever
+mysql.auto_create and auto_evolve say), changes nothing and exits 0. SIGTERM stops
+after the current batch. Exit codes: 0 done, 1 failed, 2 usage or configuration
+error.
 
 Output: the sink's own lines (start, lease, recovery, one line per batch staged and
 applied, stop) and Spark's warnings and errors. Spark's INFO comes back with
 --spark-log-level INFO or ``[job] spark_log_level = "INFO"`` (see
-wal_sink/spark_logging.py).
+wal_sink/spark/log_level.py).
 """
 
 import argparse
@@ -26,8 +29,14 @@ def main(argv: list[str]) -> int:
         prog="stream_to_mysql.py", description=__doc__.split("\n")[0]
     )
     parser.add_argument("-c", "--config", required=True, help="sink config (TOML)")
-    parser.add_argument(
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument(
         "--available-now", action="store_true", help="drain what is there, then exit"
+    )
+    when.add_argument(
+        "--print-ddl",
+        action="store_true",
+        help="print the DDL the sink would run on its targets, change nothing",
     )
     parser.add_argument(
         "--spark-log-level",
@@ -52,7 +61,7 @@ def main(argv: list[str]) -> int:
                 raise ConfigError(f"--spark-log-level {e}") from None
         else:
             level = config.job.spark_log_level if config.job else "WARN"
-        from wal_sink.spark.job import run_job
+        from wal_sink.spark.job import print_ddl, run_job
         from wal_sink.spark.session import job_session
 
         log.info(
@@ -67,6 +76,8 @@ def main(argv: list[str]) -> int:
             level,
             config.job.spark_conf if config.job else None,
         )
+        if args.print_ddl:
+            return print_ddl(config, spark)
         return run_job(
             config,
             available_now=args.available_now,

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from tests.helpers import settle
-from wal_sink import TerminalError, WalSink
+from wal_sink import ConfigError, TerminalError, WalSink
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter
 
@@ -106,18 +106,20 @@ def test_cdc_insert_update_delete_ends_as_last_op(spark, db, target, make_config
 
 
 def test_column_missing_from_target_is_one_clear_error(spark, db, target, make_config):
+    """Refused before the batch is staged (a ConfigError: the way out is the
+    config's or the table's), nothing written."""
     config = make_config(table="items")
     sink = WalSink(config)
     df = spark.createDataFrame([("a", 1)], "k STRING, colour INT")
     try:
         with pytest.raises(
-            TerminalError, match="colour.*do not exist in the target"
+            ConfigError, match="stream column 'colour' is not a column of table items"
         ) as info:
             sink.foreach_batch(df, 0)
             settle(sink)
     finally:
         sink.close()
-    assert "\n" not in str(info.value)
+    assert "\n" not in str(info.value) and "auto_evolve" in str(info.value)
     assert target() == {}
     assert db.rows("SELECT COUNT(*) FROM wal_sink_ack") == [(0,)]
 

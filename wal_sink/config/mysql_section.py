@@ -57,6 +57,12 @@ class MysqlConfig:
     table_order: tuple[Identifier, ...] | None = None
     """With route_column: the tables' order when their foreign keys make a cycle
     (parents first); otherwise the foreign keys decide."""
+    auto_create: Annotated[bool, Field(strict=True)] = False
+    """Create a missing target table from the stream's columns at start (the key
+    as PRIMARY KEY, InnoDB, utf8mb4); with several tables, from its columns."""
+    auto_evolve: Annotated[bool, Field(strict=True)] = False
+    """Add a column the stream has and the target lacks, NULL-able, at start (never
+    drops, narrows or retypes one)."""
     password_env: Text = "WAL_SINK_MYSQL_PASSWORD"
     """Environment variable holding the password."""
     password_file: Location | None = None

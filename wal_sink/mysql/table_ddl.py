@@ -63,7 +63,7 @@ def plan_table(
     the WAL's own columns), keyed by ``key``, as the server is now."""
     dialect = Dialect(mariadb=conn.dialect.is_mariadb)
     quote = conn.dialect.identifier_preparer.quote
-    existing = _columns(conn, table)
+    existing = table_columns(conn, table)
     texts = sum(1 for k in key if k in schema.names and _is_text(schema.field(k).type))
 
     def column(field: pa.Field) -> str:
@@ -137,7 +137,7 @@ def run_plan(
         return plan
 
 
-def _columns(conn: Connection, table: str) -> dict[str, str]:
+def table_columns(conn: Connection, table: str) -> dict[str, str]:
     """The table's columns (lower-case names) with their type, none when it does
     not exist."""
     return {

@@ -59,7 +59,9 @@ def _refuse_unseen(conn: Connection, name: str) -> NoReturn:
     except DBAPIError as e:
         if error_code(e) == NO_SUCH_TABLE:
             raise TerminalError(
-                "target table does not exist; create it first", table=name
+                "target table does not exist; create it first, or set "
+                "mysql.auto_create = true",
+                table=name,
             ) from None
         if error_code(e) not in ACCESS_DENIED:
             raise

@@ -84,6 +84,14 @@ class RowApplier:
         self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="wal-sink-prefetch")
         """Reads (and renders) the next chunk while MySQL executes the current."""
 
+    def refresh(self) -> None:
+        """Forget the reflected table and the statements built for it (its DDL
+        changed it)."""
+        self._target = None
+        self._screen = None
+        self._by_schema.clear()
+        self._another_row = None
+
     def close(self) -> None:
         """End the prefetch thread; called once no batch is being applied."""
         self._prefetch.shutdown()

@@ -47,6 +47,7 @@ from wal_sink.protocol.parts import SinkParts
 from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.routed_rows import BatchRows
 from wal_sink.protocol.stop_signal import StopSignal
+from wal_sink.protocol.target_ddl import WalSchemaDdl
 from wal_sink.wal.model import BatchState, StagedBatch
 from wal_sink.wal.quarantine import Entry, record_json
 
@@ -142,6 +143,8 @@ class Committer:
         """Rows may wait in the outbox: put there by an apply, left by a failed
         drain, or by an earlier process (hence True at first)."""
         self.rows = rows
+        self.ddl = WalSchemaDdl(engine, parts.config, parts.wal)
+        """Tables created and evolved for the WAL's schema (mysql.auto_*)."""
         mysql = parts.config.mysql
         self.table = "" if mysql.route_column else mysql.target.table
         """The target table with one (results and metrics name it); with several
@@ -211,6 +214,8 @@ class Committer:
         while True:
             apply_id = uuid.uuid4().hex
             try:
+                if self.ddl.ensure():  # before the transaction: DDL commits
+                    self.rows.refresh()
                 results = self._transaction(
                     batches, apply_id, tried, force, on_chunk, set_aside
                 )

@@ -76,6 +76,12 @@ class BatchRows:
         self._columns: dict[tuple[str, ...], dict[str, list[str]]] = {}
         self.hold = config.mysql.max_transaction_rows
 
+    def refresh(self) -> None:
+        """Forget what was read of the tables (after their DDL changed them)."""
+        for applier in self.appliers.values():
+            applier.refresh()
+        self._columns.clear()
+
     def close(self) -> None:
         """End the appliers' prefetch threads; once no batch is being applied."""
         for applier in self.appliers.values():

@@ -9,16 +9,18 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine
+import pyarrow as pa
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from wal_sink.config import Config
+from wal_sink.config import Config, Target
 from wal_sink.errors import ConfigError, WalSinkError, first_line
 from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
 from wal_sink.mysql.engine import make_engine
 from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.mysql.preflight import preflight
+from wal_sink.mysql.table_ddl import table_columns
 from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.tombstones import Tombstones
@@ -31,6 +33,7 @@ from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
 from wal_sink.protocol.routed_rows import BatchRows, tables_columns
 from wal_sink.protocol.stop_signal import StopSignal
+from wal_sink.protocol.target_ddl import WalSchemaDdl, prepare_targets
 from wal_sink.wal.conditional_put import check_conditional_put
 from wal_sink.wal.ownership import QUARANTINE, WAL, adopt
 from wal_sink.wal.storage_errors import storage_error
@@ -116,6 +119,7 @@ class SinkInstance:
             received = self._received(columns)
             with self.engine.connect() as conn:
                 for target in self.config.mysql.targets:
+                    self._refuse_lacking(conn, target, received[target.table])
                     check_writes(conn, self.config, target, received[target.table])
         except DBAPIError as e:
             if not is_transient(e):
@@ -203,12 +207,59 @@ class SinkInstance:
             )
         return self.committer
 
-    def _received(self, columns: list[str]) -> dict[str, list[str]]:
-        """The columns each target table takes of a stream of ``columns`` (none
-        when not known), each table reflected (a missing or hidden one refused)."""
+    def prepare_tables(self, schema: pa.Schema) -> None:
+        """Create and evolve the targets for a stream of ``schema`` as
+        ``mysql.auto_create`` / ``auto_evolve`` allow, before anything is checked
+        or staged (DDL, outside any batch's transaction)."""
+        try:
+            prepare_targets(self.engine, self.config, schema)
+        except DBAPIError as e:
+            raise mysql_error(e, sink_id=self.sink_id) from e
+
+    def _refuse_lacking(
+        self, conn: Connection, target: Target, received: list[str]
+    ) -> None:
+        """Refuse a stream column ``target`` receives and does not have (before,
+        the first batch failed to apply)."""
+        op = self.config.cdc.op_column if self.config.cdc else None
+        have = {c.lower() for c in table_columns(conn, target.table)}
+        lacking = [c for c in received if c.lower() not in have and c != op]
+        if lacking:
+            raise ConfigError(
+                f"stream column {lacking[0]!r} is not a column of table "
+                f"{target.table}: add it to the table, leave it out of the stream "
+                "([transform]), or set mysql.auto_evolve = true"
+            )
+
+    def _to_create(self) -> set[str]:
+        """Targets that do not exist yet and ``mysql.auto_create`` will make from
+        the first batch's columns (a follower, which knows no stream before it):
+        their checks wait for that batch."""
+        if not self.config.mysql.auto_create or self.stream_columns:
+            return set()
+        with self.engine.connect() as conn:
+            missing = {
+                t.table
+                for t in self.config.mysql.targets
+                if not table_columns(conn, t.table)
+            }
+        for table in sorted(missing):
+            log.info(
+                "sink %s: table %s is created from the first staged batch's columns",
+                self.sink_id,
+                table,
+            )
+        return missing
+
+    def _received(
+        self, columns: list[str], targets: list[Target] | None = None
+    ) -> dict[str, list[str]]:
+        """The columns each target table (of ``targets``, default all) takes of a
+        stream of ``columns`` (none when not known), each table reflected (a
+        missing or hidden one refused)."""
         tables = {
             t.table: reflect_target(self.engine, t.table)
-            for t in self.config.mysql.targets
+            for t in (self.config.mysql.targets if targets is None else targets)
         }
         if not self.config.mysql.route_column or not columns:
             return {name: columns for name in tables}
@@ -218,13 +269,16 @@ class SinkInstance:
     def _take_lease(self) -> Committer:
         try:
             config = self.config
-            received = self._received(list(self.stream_columns))
-            for target in config.mysql.targets:
+            WalSchemaDdl(self.engine, config, self.wal).ensure()  # the WAL's, if any
+            waiting = self._to_create()
+            targets = [t for t in config.mysql.targets if t.table not in waiting]
+            received = self._received(list(self.stream_columns), targets)
+            for target in targets:
                 table = reflect_target(self.engine, target.table)
                 preflight(self.engine, config, target, table, received[target.table])
             self._checked_columns.add(frozenset(self.stream_columns))
             init_db(self.engine, config.mysql)
-            for target in config.mysql.targets:
+            for target in targets:
                 if config.cdc and target.version_column:
                     Tombstones(config, target).ensure(self.engine)
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)

@@ -20,12 +20,15 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from wal_sink.config import Config
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError
+from wal_sink.exit_status import OK
 from wal_sink.job.restart import RestartPolicy
 from wal_sink.job.sink_path import SinkPath
 from wal_sink.job.supervisor import supervise
 from wal_sink.metrics import SinkMetrics
 from wal_sink.protocol.recovery import check_checkpoint
+from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.protocol.stop_signal import StopSignal
+from wal_sink.protocol.target_ddl import prepare_targets
 from wal_sink.spark.checkpoint import last_planned_batch
 from wal_sink.spark.foreach_batch_job import ForeachBatchPath
 from wal_sink.spark.parse_errors import ParseErrorRunner
@@ -36,6 +39,7 @@ from wal_sink.spark.source import (
     streaming_frame,
 )
 from wal_sink.spark.stop import GracefulStop
+from wal_sink.spark.stream_schema import arrow_schema
 
 log = logging.getLogger("wal_sink.job")
 
@@ -192,6 +196,26 @@ class JobQueries:
         for query in self.queries:
             if query.isActive:
                 query.stop()
+
+
+def print_ddl(config: Config, spark: SparkSession) -> int:
+    """``--print-ddl``: the DDL the sink would run on its targets for this config's
+    stream (the query's schema, which only Spark knows), printed; nothing is
+    changed, whatever ``mysql.auto_*`` say."""
+    frame = streaming_frame(spark, config, read_source(spark, config))
+    instance = SinkInstance(config)
+    try:
+        plans = prepare_targets(
+            instance.engine, config, arrow_schema(frame.schema), run=False
+        )
+    finally:
+        instance.close()
+    for plan in plans:
+        statements = plan.statements or [f"-- table {plan.table}: nothing to do"]
+        print(";\n".join(statements) + (";" if plan.statements else ""))
+        for warning in plan.differs:
+            print(f"-- {warning}")
+    return OK
 
 
 def run_job(

@@ -43,6 +43,7 @@ from wal_sink.spark.checkpoint import (
     last_planned_batch,
 )
 from wal_sink.spark.staging import Laps, StageTimes, stage
+from wal_sink.spark.stream_schema import arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -297,12 +298,15 @@ class WalSink(SinkInstance):
 
 
 def check_stream(instance: SinkInstance, schema: StructType) -> None:
-    """Refuse (ConfigError), before a query over ``schema`` starts and without taking
-    the lease, a stream the target cannot take as configured: columns that reach
-    another row through a unique index besides ``mysql.key``
-    (``mysql.unique_conflicts``), and struct, array or map columns whose target
-    column is neither JSON nor text (the sink writes such values as JSON text). The
-    committer checks each new schema the same way."""
+    """Before a query over ``schema`` starts and without taking the lease: create
+    and evolve the targets as ``mysql.auto_*`` allow, then refuse (ConfigError) a
+    stream the target cannot take as configured — columns of a type the sink cannot
+    stage or land, columns the target lacks, columns that reach another row
+    through a unique index besides the key (``unique_conflicts``), struct, array
+    or map columns whose target column is neither JSON nor text (the sink writes
+    such values as JSON text). The committer checks each new schema the same
+    way."""
+    instance.prepare_tables(arrow_schema(schema))
     instance.check_columns(schema.names)
     nested = {
         f.name: f.dataType.simpleString()

@@ -1,0 +1,167 @@
+"""Tables the sink creates and evolves (``mysql.auto_create``, ``auto_evolve``;
+docs/merge.md, "Tables the sink creates"), in process: from the WAL's schema as the
+follower and ``recover`` see it, idempotent, under a named lock, never waiting long
+for a table's metadata lock. The job's runs (the type mapping's round trip,
+``--print-ddl``) are in test_created_tables_job.py."""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from tests.helpers import stage_rows
+from wal_sink.config import config_from_dict
+from wal_sink.errors import TransientError
+from wal_sink.mysql import table_ddl
+from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.protocol.target_ddl import prepare_targets
+
+SCHEMA = pa.schema(
+    [
+        ("k", pa.string()),
+        ("n", pa.int64()),
+        ("at", pa.timestamp("us", tz="UTC")),
+        ("tags", pa.list_(pa.decimal128(20, 2))),
+    ]
+)
+
+
+@pytest.fixture
+def config(db, tmp_path):
+    for t in ("made", "wal_sink_ack"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+
+    def make(**mysql: Any):
+        return config_from_dict(
+            {
+                "sink": {"id": "maker"},
+                "wal": {"path": str(tmp_path / "wal")},
+                "mysql": {"url": db.url, "table": "made", "key": ["k"], **mysql},
+            }
+        )
+
+    return make
+
+
+def create_table(db) -> str:
+    return db.rows("SHOW CREATE TABLE made")[0][1]
+
+
+def test_a_missing_target_is_created_from_the_wal_and_written(db, config):
+    """As the follower (or recover) does: no query, the WAL's schema."""
+    cfg = config(auto_create=True)
+    at = pa.scalar(4_102_444_800_000_000, pa.timestamp("us", tz="UTC")).as_py()
+    rows = [
+        {"k": "a", "n": 1, "at": at, "tags": [Decimal("12345678901234567.89")]},
+        {"k": "A", "n": 2, "at": None, "tags": None},
+        {"k": "a ", "n": 3, "at": None, "tags": []},
+    ]
+    stage_rows(cfg, 0, rows, SCHEMA)
+    sink = SinkInstance(cfg)
+    sink.recover()
+    sink.close()
+    ddl = create_table(db)
+    assert "`k` varchar(768)" in ddl and "PRIMARY KEY (`k`)" in ddl
+    assert "utf8mb4_nopad_bin" in ddl and "ENGINE=InnoDB" in ddl
+    assert "`at` datetime(6) DEFAULT NULL" in ddl and "`tags` longtext" in ddl
+    stored = db.rows("SELECT k, n, CAST(at AS CHAR), tags FROM made ORDER BY n")
+    assert stored == [
+        ("a", 1, "2100-01-01 00:00:00.000000", "[12345678901234567.89]"),
+        ("A", 2, None, None),
+        ("a ", 3, None, "[]"),
+    ], "'a', 'A' and 'a ' are three keys; decimals in JSON text stay exact"
+
+
+def test_auto_evolve_adds_a_column_nullable_and_never_changes_one(db, config, caplog):
+    db.execute(
+        "CREATE TABLE made (k VARCHAR(8) PRIMARY KEY, n INT, at DATETIME(6)) "
+        "ENGINE=InnoDB"
+    )
+    db.execute("INSERT INTO made (k, n) VALUES ('old', 7)")
+    cfg = config(auto_evolve=True)
+    stage_rows(
+        cfg,
+        0,
+        [
+            {"k": "a", "n": 1, "at": None, "tags": [Decimal(1)]},
+            {"k": "b", "n": 2**40, "at": None, "tags": None},
+        ],
+        SCHEMA,
+    )
+    sink = SinkInstance(cfg)
+    sink.recover()
+    sink.close()
+    ddl = create_table(db)
+    assert "`tags` longtext" in ddl and "`n` int(11)" in ddl
+    assert "column n of table made is int(11)" in caplog.text
+    assert db.rows("SELECT k, n, tags FROM made ORDER BY k") == [
+        ("a", 1, "[1.00]"),
+        ("old", 7, None),
+    ], "a value the old column cannot hold is set aside, not bent"
+    assert db.rows("SELECT quarantined FROM wal_sink_ack") == [(1,)]
+
+
+def test_ddl_runs_once_when_two_sinks_start_at_once(db, config):
+    cfg = config(auto_create=True, auto_evolve=True)
+    sink = SinkInstance(cfg)
+    failures: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            prepare_targets(sink.engine, cfg, SCHEMA)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    again = prepare_targets(sink.engine, cfg, SCHEMA)
+    sink.close()
+    assert failures == []
+    assert [p.statements for p in again] == [[]], "nothing left to do: idempotent"
+
+
+def test_an_alter_waits_for_the_tables_metadata_lock_only_so_long(
+    db, config, monkeypatch
+):
+    """A reader's open transaction holds the table's metadata lock: the ALTER gives
+    up after the bounded wait (a transient error the start retries), instead of
+    queueing every later reader behind it."""
+    db.execute("CREATE TABLE made (k VARCHAR(8) PRIMARY KEY, n BIGINT) ENGINE=InnoDB")
+    monkeypatch.setattr(table_ddl, "LOCK_WAIT_SECONDS", 1)
+    cfg = config(auto_evolve=True)
+    sink = SinkInstance(cfg)
+    reader = db.connect()
+    try:
+        with reader.cursor() as cur:
+            cur.execute("START TRANSACTION")
+            cur.execute("SELECT * FROM made")
+            with pytest.raises(TransientError, match="stayed locked"):
+                prepare_targets(sink.engine, cfg, SCHEMA)
+        reader.rollback()
+        prepare_targets(sink.engine, cfg, SCHEMA)
+    finally:
+        reader.close()
+        sink.close()
+    assert "`at` datetime(6)" in create_table(db)
+
+
+def test_a_key_longer_than_its_column_is_set_aside_row_by_row(db, config):
+    cfg = config(auto_create=True)
+    stage_rows(
+        cfg,
+        0,
+        [{"k": "x" * 769, "n": 1, "at": None, "tags": None}, {"k": "y", "n": 2}],
+        SCHEMA,
+    )
+    sink = SinkInstance(cfg)
+    sink.recover()
+    sink.close()
+    assert db.rows("SELECT k FROM made") == [("y",)]
+    assert db.rows("SELECT quarantined FROM wal_sink_ack") == [(1,)]
