@@ -65,12 +65,19 @@ def _section(
     nested = []
     for key, field in section.get("properties", {}).items():
         target = target_schema(field, defs)
+        values = target.get("additionalProperties")
         if target.get("type") == "object" and "properties" in target:
             sub = f"{title[:-1]}.{key}]"
             nested.append(
                 _section(sub, target, defs, key in section.get("required", []), field)
             )
             kind = f"table (see `{sub}`)"
+        elif isinstance(values, dict) and "$ref" in values:  # a section per name
+            sub = f"{title[:-1]}.{key}.NAME]"
+            nested.append(
+                _section(sub, target_schema(values, defs), defs, False, field)
+            )
+            kind = f"tables by name (see `{sub}`)"
         else:
             kind = _type(field, defs)
         default = (

@@ -167,7 +167,7 @@ def test_relative_paths_resolve_against_the_config_files_directory(
 def test_the_example_configs_point_into_the_checkouts_var(monkeypatch, tmp_path):
     repo = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(tmp_path)
-    for name in ("local", "invoices", "invoices_files"):
+    for name in ("local", "invoices", "invoices_files", "debezium_shop"):
         c = load_config(repo / "conf" / f"{name}.toml")
         assert c.wal.path == str(repo / "var" / "wal" / name)
         assert c.job.checkpoint == str(repo / "var" / "checkpoints" / name)
