@@ -79,6 +79,7 @@ test-unit: venv
 # Benchmarks print ratios against a baseline measured in the same run (bench/).
 bench: setup
 	$(PY) -m bench.commit_ratio
+	$(PY) -m bench.commit_ratio_tables
 	$(PY) -m bench.catch_up
 	$(PY) -m bench.end_to_end_ratio
 	$(PY) -m bench.micro_batch_cost
