@@ -62,6 +62,7 @@ STATUS_KEYS = {
     "lease_epoch",
     "lease_holder",
     "lease_acquired_at",
+    "tables",
 }
 
 
@@ -95,6 +96,15 @@ def test_status_json_is_stable_and_exits_zero_every_time(wal_state):
     assert (st["staged_first"], st["staged_last"], st["last_staged_txn"]) == (0, 2, 2)
     assert (st["rows_applied"], st["wal_rows"], st["lag_batches"]) == (8, 12, 0)
     assert st["lease_epoch"] == 1 and st["wal_files"] >= 3
+    assert st["tables"] == {
+        "ops_totals": {
+            "rows_applied": 8,
+            "rows_deleted": 0,
+            "rows_quarantined": 0,
+            "rows_skipped": 0,
+            "tombstones": None,
+        }
+    }, "one table: its counts are the ack rows'"
     for other in outputs[1:]:
         clocks = ("lag_seconds", "commit_lag_seconds")
         assert {k: v for k, v in other.items() if k not in clocks} == {
