@@ -177,10 +177,12 @@ class BatchRows:
         """``piece``'s rows of each table (all the stream's columns); rows whose
         route names no table go to ``counts`` as set aside."""
         route = piece.column(self.route_column)
+        if not pa.types.is_string(route.type):  # routes are text in the config
+            route = pc.cast(route, pa.string())
         found: dict[str, pa.RecordBatch] = {}
         named = pa.array([False] * piece.num_rows)
         for value, applier in self._by_route.items():
-            mask = pc.fill_null(pc.equal(route, pa.scalar(value, route.type)), False)
+            mask = pc.fill_null(pc.equal(route, pa.scalar(value, pa.string())), False)
             if pc.any(mask).as_py():
                 found[applier.mysql.table] = piece.filter(mask)
                 named = pc.or_(named, mask)
