@@ -430,7 +430,8 @@ def test_preflight_accepts_every_numeric_type_for_add(db, make_config):
     config = make_config(table="pf", merge=merge, version_column="v")
     engine = make_engine(config.mysql)
     try:
-        assert preflight(engine, config, reflect_target(engine, "pf")) == []
+        table = reflect_target(engine, "pf")
+        assert preflight(engine, config, config.mysql.target, table) == []
     finally:
         engine.dispose()
     instance = SinkInstance(config)

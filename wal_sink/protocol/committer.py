@@ -270,6 +270,7 @@ class Committer:
         first, last = ids[0], ids[-1]
         started = time.monotonic()
         results: list[_Outcome] = []
+        self.rows.table_at = None
         try:
             with self.engine.connect() as conn, conn.begin():
                 # Step 1. Fencing.
@@ -327,7 +328,9 @@ class Committer:
                 # Step 4. COMMIT (leaving the block).
             faults.hit("commit.after_commit", last)
         except DBAPIError as e:
-            raise mysql_error(e, sink_id=self.sink_id, batch_id=first) from e
+            raise mysql_error(
+                e, sink_id=self.sink_id, batch_id=first, table=self.rows.table_at
+            ) from e
         seconds = time.monotonic() - started
         self.metrics.commit_seconds.observe(seconds)
         return [self._result(r, tried, seconds) for r in results]

@@ -75,6 +75,8 @@ class BatchRows:
         self._order: list[str] | None = None
         self._columns: dict[tuple[str, ...], dict[str, list[str]]] = {}
         self.hold = config.mysql.max_transaction_rows
+        self.table_at: str | None = None
+        """The table being written when a statement failed: the one its error names."""
 
     def refresh(self) -> None:
         """Forget what was read of the tables (after their DDL changed them)."""
@@ -97,8 +99,12 @@ class BatchRows:
 
         if self.route_column is None:
             (single,) = self.appliers.values()
-            return single.apply_chunks(conn, read(), batch.rows, on_chunk)
-        return self._routed(conn, read, batch.rows, on_chunk, None)
+            self.table_at = single.mysql.table
+            applied = single.apply_chunks(conn, read(), batch.rows, on_chunk)
+        else:
+            applied = self._routed(conn, read, batch.rows, on_chunk, None)
+        self.table_at = None
+        return applied
 
     def apply_chunks(
         self,
@@ -215,6 +221,7 @@ class BatchRows:
                 if not rows:
                     continue
             applier = self.appliers[table]
+            self.table_at = table
             applied = applier.apply_chunks(
                 conn,
                 (
