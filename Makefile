@@ -15,7 +15,7 @@ MVN := MAVEN_OPTS="$$MAVEN_OPTS -Djansi.noreset=true" mvn -B -q -Dstyle.color=ne
   -s .mvn/settings.xml
 STEP := devtools/step
 
-.PHONY: setup venv venv-delta jars mariadb lint docs test test-unit demo bench clean
+.PHONY: setup venv venv-delta jars mariadb lint docs test test-unit fuzz demo bench clean
 
 setup: venv venv-delta jars mariadb
 
@@ -75,6 +75,19 @@ test: setup lint
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
+
+# The model fuzzer, randomized, for FUZZ_MINUTES (default 10) or until its first
+# failure, which it shrinks and prints as a reproducer (the target's DDL, each sink's
+# TOML, the batches' records, the steps). FUZZ_EXCLUDE=feature,... keeps features
+# of the grammar out (tests/fuzzing/grammar.py); `make test` runs it derandomized.
+# Its own --basetemp: pytest runs elsewhere prune /tmp/pytest-of-$USER's older
+# directories, the fuzz run's MariaDB datadir among them.
+FUZZ_MINUTES ?= 10
+fuzz: venv
+	@mkdir -p var
+	FUZZ_PROFILE=fuzz FUZZ_MINUTES=$(FUZZ_MINUTES) $(PY) -m pytest \
+	  tests/integration/test_model_fuzz.py -x -s -p no:cacheprovider --timeout=0 \
+	  --basetemp=var/fuzz
 
 # Benchmarks print ratios against a baseline measured in the same run (bench/).
 bench: setup

@@ -66,6 +66,25 @@ def test_an_entry_of_a_replayed_batch_stays_superseded_after_purge(db, sink_conf
     assert db.rows("SELECT k, label FROM items ORDER BY k") == [(1, "new"), (2, "x")]
 
 
+def test_a_replay_supersedes_only_its_own_batchs_entries(db, sink_config):
+    """Batches 0 and 1 applied in one transaction (one apply id), a row of batch 1
+    set aside; replaying batch 0 alone must leave that entry open and retryable.
+    Found by the model fuzzer: the marker named only the apply, so it hid batch
+    1's entry from every retry."""
+    cfg = sink_config
+    sink = SinkInstance(cfg)
+    committer = sink.start()
+    stage_rows(cfg, 0, rows((1, None, "a")), SCHEMA)
+    stage_rows(cfg, 1, rows((2, 7, "b")), SCHEMA)
+    assert sum(r.quarantined for r in committer.apply_group([0, 1])) == 1
+    run_replay(sink, plan_replay(sink, 0, 0, force=True), force=True)
+    assert [(e.entry.batch_id, e.is_open) for e in list_entries(sink)] == [(1, True)]
+    db.execute("INSERT INTO parents VALUES (7)")
+    assert [r.applied for r in run_retry(sink, plan_retry(sink))] == [1]
+    sink.close()
+    assert db.rows("SELECT k, label FROM items ORDER BY k") == [(1, "a"), (2, "b")]
+
+
 def test_rows_set_aside_after_the_outbox_was_truncated_reach_the_quarantine(
     db, sink_config
 ):

@@ -189,9 +189,8 @@ def test_a_backfill_job_honours_the_live_jobs_deletes(db, tmp_path):
         [{"op": "I", "k": 1, "label": "a", "v": 5}, {"op": "D", "k": 1, "v": 10}],
     )
     assert drain(live, live_dir).proc.returncode == 0
-    plain = job_config(
-        db, backfill_dir, "plain", "k BIGINT, label STRING, v BIGINT", 'version_column = "v"'
-    )
+    plain_schema = "k BIGINT, label STRING, v BIGINT"  # no op column: no [cdc]
+    plain = job_config(db, backfill_dir, "plain", plain_schema, 'version_column = "v"')
     land(backfill_dir, [{"op": "I", "k": 1, "label": "old", "v": 7}])
     refused = drain(plain, backfill_dir)
     assert refused.proc.returncode == 2, refused.tail()

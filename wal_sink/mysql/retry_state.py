@@ -23,12 +23,18 @@ from wal_sink.mysql.errors import error_code
 RETRIED = "retried"
 FAILED = "failed"
 SUPERSEDED = "superseded"
-"""The state of a marker row, ``<apply id>/*``: every entry that apply set aside
-is superseded (its batch was applied again since, by ``replay --force``)."""
-MARKER = "/*"
+"""The state of a marker row (``marker``): every entry one apply set aside from one
+batch is superseded (the batch was applied again since, by ``replay --force``)."""
 IN_LIST = 1000
 """Entry ids per IN list."""
 NO_SUCH_TABLE = 1146
+
+
+def marker(apply_id: str, batch_id: int) -> str:
+    """The marker row's entry id for ``batch_id``'s entries set aside by apply
+    ``apply_id``: per batch, as one apply may have applied several batches and a
+    replay supersedes only its own."""
+    return f"{apply_id}/{batch_id}/*"
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,7 @@ class RetryStates:
         removes."""
         stmt = insert(self.table).values(
             sink_id=self.sink_id,
-            entry_id=apply_id + MARKER,
+            entry_id=marker(apply_id, batch_id),
             batch_id=batch_id,
             state=SUPERSEDED,
             retry_id=by,
@@ -132,14 +138,17 @@ class RetryStates:
         conn.execute(stmt.on_duplicate_key_update(state=stmt.inserted.state))
 
     def superseded(
-        self, conn: Connection, apply_ids: Iterable[str], *, lock: bool = False
-    ) -> set[str]:
-        """Which of ``apply_ids`` a forced replay superseded (with ``lock``, a
-        locking read: it waits for a replay still committing)."""
-        found = self._read(conn, (a + MARKER for a in set(apply_ids)), lock=lock)
-        return {
-            i.removesuffix(MARKER) for i, s in found.items() if s.state == SUPERSEDED
-        }
+        self,
+        conn: Connection,
+        applies: Iterable[tuple[str, int]],
+        *,
+        lock: bool = False,
+    ) -> set[tuple[str, int]]:
+        """Which of ``applies`` (apply id, batch id) a forced replay superseded (with
+        ``lock``, a locking read: it waits for a replay still committing)."""
+        wanted = {marker(a, b): (a, b) for a, b in applies}
+        found = self._read(conn, wanted, lock=lock)
+        return {wanted[i] for i, s in found.items() if s.state == SUPERSEDED}
 
     def exists(self, conn: Connection) -> bool:
         """Whether the table exists (an install of 0.3 not upgraded yet has none)."""
@@ -165,7 +174,7 @@ class RetryStates:
         return RetryCounts(by_state.get(RETRIED, 0), by_state.get(FAILED, 0))
 
     def all_ids(self, conn: Connection) -> set[str]:
-        """Entry ids of the rows, markers (``<apply id>/*``) included."""
+        """Entry ids of the rows, markers (``marker``) included."""
         if not self.exists(conn):
             return set()
         c = self.table.c

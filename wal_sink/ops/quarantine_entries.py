@@ -99,7 +99,7 @@ def kind_of(
     entry: StoredEntry,
     config: Config,
     acked_by: dict[int, str | None],
-    superseded: set[str],
+    superseded: set[tuple[str, int]],
 ) -> str:
     """What the entry is; ``acked_by`` maps batches to the apply their ack row
     names (a batch whose ack row was purged is not in it), ``superseded`` holds
@@ -108,7 +108,8 @@ def kind_of(
         return RAW_TEXT
     applied_by = acked_by.get(entry.batch_id)
     if entry.apply_id is not None and (
-        entry.apply_id in superseded or applied_by not in (None, entry.apply_id)
+        (entry.apply_id, entry.batch_id) in superseded
+        or applied_by not in (None, entry.apply_id)
     ):
         return SUPERSEDED
     if record_is_partial(entry.reason):
@@ -149,7 +150,7 @@ def list_entries(
             sink.acks.apply_ids(conn, min(batches), max(batches)) if batches else {}
         )
         superseded = sink.retries.superseded(
-            conn, (e.apply_id for e in entries if e.apply_id is not None)
+            conn, ((e.apply_id, e.batch_id) for e in entries if e.apply_id is not None)
         )
     listed = [
         ListedEntry(

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from wal_sink.mysql.retry_state import MARKER
+from wal_sink.mysql.retry_state import marker
 from wal_sink.ops.quarantine_entries import list_entries
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.quarantine import LEGACY_ENTRY
@@ -88,6 +88,7 @@ def execute_quarantine_purge(sink: SinkInstance, plan: QuarantinePurgePlan) -> i
     with sink.engine.begin() as conn:
         # A marker of superseded entries stays while one of them may still be
         # listed: in the quarantine table, or in the outbox on its way there.
-        applies = {e.apply_id for e in entries} | sink.parts.outbox.applies(conn)
-        kept = {e.entry_id for e in entries} | {a + MARKER for a in applies if a}
+        applies = {(e.apply_id, e.batch_id) for e in entries}
+        applies |= sink.parts.outbox.applies(conn)
+        kept = {e.entry_id for e in entries} | {marker(a, b) for a, b in applies if a}
         return sink.retries.forget(conn, sink.retries.all_ids(conn) - kept)

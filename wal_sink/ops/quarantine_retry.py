@@ -168,12 +168,15 @@ class QuarantineRetry:
                 if any(s.retry_id in tried for s in found.values()):
                     return _committed_before(batch_id, entries, found, tried)
                 superseded = sink.retries.superseded(
-                    conn, (e.apply_id for e in entries if e.apply_id), lock=True
+                    conn,
+                    ((e.apply_id, e.batch_id) for e in entries if e.apply_id),
+                    lock=True,
                 )
                 todo = [
                     e
                     for e in entries
-                    if _open(found.get(e.entry_id)) and e.apply_id not in superseded
+                    if _open(found.get(e.entry_id))
+                    and (e.apply_id, e.batch_id) not in superseded
                 ]
                 # Step 3. Apply them, keeping out those refused again.
                 applied, failed, stale = self._apply(conn, todo)

@@ -62,14 +62,13 @@ class Outbox:
             select(func.count()).where(self.table.c.sink_id == self.sink_id)
         ).scalar_one()
 
-    def applies(self, conn: Connection) -> set[str]:
-        """The applies whose rows wait here."""
+    def applies(self, conn: Connection) -> set[tuple[str, int]]:
+        """The applies (apply id, batch id) whose rows wait here."""
         c = self.table.c
-        return set(
-            conn.execute(
-                select(c.apply_id).where(c.sink_id == self.sink_id).distinct()
-            ).scalars()
+        rows = conn.execute(
+            select(c.apply_id, c.batch_id).where(c.sink_id == self.sink_id).distinct()
         )
+        return {(a, b) for a, b in rows}
 
     def drain(self, engine: Engine) -> int:
         """Move waiting rows to the quarantine table; returns how many were moved.

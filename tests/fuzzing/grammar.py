@@ -1,0 +1,483 @@
+"""The fuzzer's grammar: a small space of target shapes, sink configs and records,
+biased towards the properties that change what a write means (ON UPDATE columns,
+AUTO_INCREMENT keys, collations, the server's timestamp defaults, foreign keys,
+triggers, a second sink on the same table).
+
+Every feature has a name; ``FUZZ_EXCLUDE=name,name`` keeps it out of the examples,
+so that a fuzz run can look past a finding it already made.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from hypothesis import strategies as st
+
+from tests.reference_model import CI, Cdc, Column, Sink, Target
+
+FEATURES = (
+    "auto_increment",  # an AUTO_INCREMENT key the stream writes (0 included)
+    "varchar_key",  # a VARCHAR key, case-insensitive or binary collation
+    "surrogate",  # mysql.key is a UNIQUE key beside an AUTO_INCREMENT PRIMARY KEY
+    "compound",  # a compound key (a INT, ts TIMESTAMP(6))
+    "on_update",  # ON UPDATE CURRENT_TIMESTAMP on a key or keep column
+    "updated_at",  # an ON UPDATE column the stream does not write
+    "missing_column",  # the stream lacks a key, merge or CDC column the config names
+    "missing_version",  # the stream lacks the configured version column
+    "explicit_defaults_off",  # the server's explicit_defaults_for_timestamp OFF
+    "ts_version",  # a TIMESTAMP(6) NOT NULL version column
+    "version",  # a version column
+    "cdc",  # [cdc] deletes and tombstones
+    "fk_parent",  # a foreign key to a parent table, some parents missing
+    "child",  # a child table referencing the key (RESTRICT or CASCADE)
+    "unique_label",  # another unique index, on the label
+    "unsigned",  # the add column is INT UNSIGNED (negative deltas)
+    "add_null",  # NULL values into the add column
+    "triggers",  # an AFTER INSERT audit trigger, a BEFORE UPDATE trigger
+    "generated",  # a generated column
+    "required",  # a NOT NULL column without default
+    "float",  # a DOUBLE column (NaN, infinity)
+    "limits",  # values at and past their type's limits
+    "second_sink",  # another sink (its own WAL) on the same target
+    "crash",  # faults at the commit and retry points, then a restart
+    "crash_after_commit",  # of them, a failure right after the batch's COMMIT
+    "replay",
+    "purge",
+    "retry",
+    "quarantine_batch",
+    "expiry",  # tombstones older than the retention, then a purge
+)
+
+T1, T2, T3, T4 = (datetime(2001, 1, 1, 0, 0, s) for s in (1, 2, 3, 4))
+TS_EDGE = datetime(2038, 1, 19, 3, 14, 7)
+TS_PAST = datetime(2040, 1, 1)
+"""Past TIMESTAMP's range."""
+
+
+def excluded() -> frozenset[str]:
+    """Features ``FUZZ_EXCLUDE`` (comma-separated) keeps out; unknown names fail."""
+    names = {n.strip() for n in os.environ.get("FUZZ_EXCLUDE", "").split(",")}
+    names.discard("")
+    unknown = names - set(FEATURES)
+    if unknown:
+        raise ValueError(f"FUZZ_EXCLUDE: unknown feature(s) {sorted(unknown)}")
+    return frozenset(names)
+
+
+@dataclass(frozen=True, repr=False)
+class Scenario:
+    """One example's target, sinks and what their records may hold."""
+
+    target: Target
+    sinks: tuple[Sink, ...]
+    ddl: tuple[str, ...]
+    """Statements creating the parent, target, child and audit tables, triggers."""
+    parents: tuple[int, ...]
+    """Rows of the parent table at the start."""
+    missing_parents: tuple[int, ...]
+    domains: tuple[tuple[str, tuple[Any, ...]], ...]
+    """Values each column's records draw from (the key's included)."""
+    explicit_defaults_off: bool
+    features: frozenset[str]
+    """The features this example uses."""
+
+    def domain(self, column: str) -> tuple[Any, ...]:
+        return dict(self.domains)[column]
+
+    def __repr__(self) -> str:
+        """Short: a reproducer shows the DDL and the configs (notes) instead."""
+        return f"Scenario(features={sorted(self.features)})"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """How hypothesis prints it in a reproducer: as ``repr``."""
+        printer.text(repr(self))
+
+
+class _Draw:
+    """Feature-aware draws: an excluded feature is never drawn."""
+
+    def __init__(self, draw: Any, off: frozenset[str]) -> None:
+        self.draw = draw
+        self.off = off
+        self.used: set[str] = set()
+
+    def feature(self, name: str, chance: float = 0.5) -> bool:
+        if name in self.off:
+            return False
+        # Shrinks towards 0: towards the feature left out.
+        picked = self.draw(st.integers(0, 99)) >= 100 - round(100 * chance)
+        if picked:
+            self.used.add(name)
+        return picked
+
+    def choice(self, options: list[Any]) -> Any:
+        return self.draw(st.sampled_from(options))
+
+
+KEY_KINDS = {
+    "bigint": None,
+    "auto_increment": "auto_increment",
+    "varchar_ci": "varchar_key",
+    "varchar_bin": "varchar_key",
+    "compound": "compound",
+    "surrogate": "surrogate",
+}
+
+
+@st.composite
+def scenarios(draw: Any, off: frozenset[str] = frozenset()) -> Scenario:
+    """A target shape with one or two sinks on it."""
+    d = _Draw(draw, off)
+    kinds = [k for k, f in KEY_KINDS.items() if f is None or f not in off]
+    key_kind = d.choice(kinds)
+    if KEY_KINDS[key_kind]:
+        d.used.add(KEY_KINDS[key_kind])
+    collation = (
+        "utf8mb4_bin" if key_kind == "varchar_bin" else d.choice([CI, "utf8mb4_bin"])
+    )
+    limits = d.feature("limits", 0.3)
+    columns, domains, key = _key_columns(d, key_kind, collation, limits)
+    unique: list[tuple[str, ...]] = [("sid",)] if key_kind == "surrogate" else []
+    columns.append(Column("rid", "bigint"))
+    domains["rid"] = ()
+    n_kind = "uint" if d.feature("unsigned", 0.3) else "bigint"
+    columns.append(Column("n", n_kind))
+    domains["n"] = _n_values(n_kind, d.feature("add_null", 0.4), limits)
+    columns.append(Column("label", "varchar", collation=collation))
+    domains["label"] = ("x", "X", "x ", "y", None) + (
+        ("12345678", "123456789") if limits else ()
+    )
+    triggers = d.feature("triggers", 0.25)
+    before_trigger = triggers and d.draw(st.booleans())
+    if not before_trigger and d.feature("unique_label", 0.3):
+        unique.append(("label",))
+    if d.draw(st.booleans()):
+        kind = d.choice(["datetime", "timestamp"])
+        on_update = kind == "timestamp" and d.feature("on_update", 0.4)
+        columns.append(Column("created", kind, on_update=on_update))
+        domains["created"] = (None, T1, T2) + ((TS_EDGE, TS_PAST) if limits else ())
+    version_kind = None
+    if d.feature("version", 0.65):
+        version_kind = "timestamp" if d.feature("ts_version", 0.35) else "bigint"
+        columns.append(
+            Column(
+                "v",
+                version_kind,
+                nullable=version_kind == "bigint",
+                has_default=version_kind == "bigint",
+            )
+        )
+        domains["v"] = (
+            (None, 1, 2, 3, 5, 7, 10)
+            if version_kind == "bigint"
+            else (None, T1, T2, T3, T4) + ((TS_PAST,) if limits else ())
+        )
+    cdc = d.feature("cdc", 0.45)
+    if cdc:
+        columns.append(Column("seq", "bigint"))
+        domains["seq"] = ()
+    fk = d.feature("fk_parent", 0.35)
+    if fk:
+        columns.append(Column("parent_id", "bigint"))
+        domains["parent_id"] = (None, 1, 2, 3, 4)
+    if d.feature("float", 0.2):
+        columns.append(Column("score", "double"))
+        domains["score"] = (0.5, None, float("nan"), float("inf"))
+    if d.feature("required", 0.2):
+        columns.append(Column("req", "int", nullable=False, has_default=False))
+        domains["req"] = (1, 2, 2, None)
+    if d.feature("generated", 0.15):
+        columns.append(Column("g", "bigint", generated=True))
+        domains["g"] = (1,)
+    updated_at = d.feature("updated_at", 0.35)
+    child = None
+    if cdc and len(key) == 1 and d.feature("child", 0.35):
+        child = d.choice(["restrict", "cascade"])
+    target = Target(
+        columns=tuple(columns),
+        key=key,
+        unique=tuple(unique),
+        fk_column="parent_id" if fk else None,
+        child=child,
+        before_trigger_sets=("label",) if before_trigger else (),
+    )
+    sinks = [_sink(d, target, "s1", cdc, version_kind, noisy=True)]
+    if d.feature("second_sink", 0.3):
+        guarded = cdc and version_kind is not None and d.draw(st.booleans())
+        sinks.append(_sink(d, target, "s2", guarded, version_kind, noisy=False))
+    off_defaults = d.feature(
+        "explicit_defaults_off", 0.6 if version_kind == "timestamp" else 0.15
+    )
+    for name in ("crash", "replay", "purge", "retry", "quarantine_batch", "expiry"):
+        if name not in off:
+            d.used.add(name)  # steps: used when the machine runs them
+    return Scenario(
+        target=target,
+        sinks=tuple(sinks),
+        ddl=tuple(
+            _ddl(target, key_kind, collation, updated_at, triggers, before_trigger)
+        ),
+        parents=(1, 2) if fk else (),
+        missing_parents=(3, 4) if fk else (),
+        domains=tuple(domains.items()),
+        explicit_defaults_off=off_defaults,
+        features=frozenset(d.used),
+    )
+
+
+def _key_columns(
+    d: _Draw, kind: str, collation: str, limits: bool
+) -> tuple[list[Column], dict[str, tuple[Any, ...]], tuple[str, ...]]:
+    null = (None,)
+    if kind in ("bigint", "auto_increment"):
+        auto = kind == "auto_increment"
+        values = (0, 0, 1, 2) if auto else (0, 1, 2, 3)
+        if limits and not auto:
+            values += (2**63 - 1,)
+        return (
+            [Column("id", "bigint", nullable=False, auto_increment=auto)],
+            {"id": values + null},
+            ("id",),
+        )
+    if kind == "compound":
+        on_update = d.feature("on_update", 0.6)
+        ts = Column(
+            "ts",
+            "timestamp",
+            nullable=False,
+            has_default=on_update,
+            on_update=on_update,
+        )
+        return (
+            [Column("a", "int", nullable=False), ts],
+            {"a": (1, 2), "ts": (T1, T1, T2) + null},
+            ("a", "ts"),
+        )
+    keys = ("a", "A", "a ", "b", "B ")
+    return (
+        [Column("k", "varchar", nullable=kind == "surrogate", collation=collation)],
+        {"k": keys + null},
+        ("k",),
+    )
+
+
+def _n_values(kind: str, nulls: bool, limits: bool) -> tuple[Any, ...]:
+    if kind == "uint":
+        values: tuple[Any, ...] = (0, 1, 3, -1, -3)
+        if limits:
+            values += (2**32 - 1, 2**32)
+    else:
+        values = (1, 2, -1, 5)
+        if limits:
+            values += (2**63 - 1, -(2**63))
+    return values + ((None,) if nulls else ())
+
+
+def _sink(
+    d: _Draw,
+    target: Target,
+    sink_id: str,
+    cdc: bool,
+    version_kind: str | None,
+    noisy: bool,
+) -> Sink:
+    """A sink on ``target``; ``noisy``: its config may name a column its stream
+    lacks, or write a generated column."""
+    names = [c.name for c in target.columns]
+    merge = {"n": d.choice(["add", "add", "add", "overwrite", "keep"])}
+    merge["label"] = d.choice(["overwrite", "overwrite", "keep"])
+    if "created" in names:
+        merge["created"] = d.choice(["keep", "keep", "overwrite"])
+    version = "v" if version_kind and (cdc or d.feature("version", 0.85)) else None
+    stream = [
+        c.name
+        for c in target.columns
+        if c.name not in ("sid", "g", "req") and (c.name != "seq" or cdc)
+    ]
+    if "req" in names and d.draw(st.integers(0, 3)):
+        stream.append("req")
+    if "g" in names and noisy and d.draw(st.booleans()):
+        stream.append("g")
+    if not cdc and "seq" in stream:
+        stream.remove("seq")
+    if "label" in stream and d.draw(st.integers(0, 5)) == 0:
+        stream.remove("label")
+        merge.pop("label")
+    if noisy and version and d.feature("missing_version", 0.12):
+        stream.remove(version)
+    elif noisy and d.feature("missing_column", 0.12):
+        named = [*target.key, *merge, *(["seq"] if cdc else [])]
+        stream.remove(d.choice([c for c in named if c in stream]))
+    conflicts = "refuse"
+    if any(index != ("sid",) for index in target.unique):
+        conflicts = d.choice(["quarantine", "quarantine", "refuse"])
+    return Sink(
+        sink_id=sink_id,
+        stream=tuple(stream) + (("op",) if cdc else ()),
+        key=target.key,
+        merge=tuple(sorted(merge.items())),
+        version=version,
+        cdc=Cdc() if cdc else None,
+        unique_conflicts=conflicts,
+    )
+
+
+def _column_ddl(c: Column) -> str:
+    kinds = {
+        "bigint": "BIGINT",
+        "int": "INT",
+        "uint": "INT UNSIGNED",
+        "varchar": f"VARCHAR({c.length}) COLLATE {c.collation}",
+        "datetime": "DATETIME",
+        "double": "DOUBLE",
+    }
+    if c.kind == "timestamp":
+        fsp = "(6)" if c.name in ("v", "ts") else ""
+        sql = f"TIMESTAMP{fsp}"
+        if c.on_update:
+            return (
+                f"`{c.name}` {sql} {'NOT NULL' if not c.nullable else 'NULL'} "
+                f"DEFAULT CURRENT_TIMESTAMP{fsp} ON UPDATE CURRENT_TIMESTAMP{fsp}"
+            )
+        if c.nullable:
+            return f"`{c.name}` {sql} NULL DEFAULT NULL"
+        return f"`{c.name}` {sql} NOT NULL"
+    if c.generated:
+        return f"`{c.name}` BIGINT AS (rid + 1) VIRTUAL"
+    sql = f"`{c.name}` {kinds[c.kind]}"
+    if not c.nullable:
+        sql += " NOT NULL"
+    if c.auto_increment:
+        sql += " AUTO_INCREMENT"
+    return sql
+
+
+def _ddl(
+    target: Target,
+    key_kind: str,
+    collation: str,
+    updated_at: bool,
+    triggers: bool,
+    before_trigger: bool,
+) -> list[str]:
+    statements = []
+    if target.fk_column:
+        statements += [
+            "CREATE TABLE parent (id BIGINT PRIMARY KEY) ENGINE=InnoDB",
+            "INSERT INTO parent VALUES (1), (2)",
+        ]
+    lines = []
+    if key_kind == "surrogate":
+        lines.append("sid BIGINT AUTO_INCREMENT PRIMARY KEY")
+    lines += [_column_ddl(c) for c in target.columns]
+    if updated_at:
+        lines.append(
+            "updated_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP "
+            "ON UPDATE CURRENT_TIMESTAMP"
+        )
+    keys = ", ".join(target.key)
+    if key_kind == "surrogate":
+        lines.append(f"UNIQUE KEY uk ({keys})")
+    else:
+        lines.append(f"PRIMARY KEY ({keys})")
+    if ("label",) in target.unique:
+        lines.append("UNIQUE KEY ul (label)")
+    if target.fk_column:
+        lines.append("FOREIGN KEY (parent_id) REFERENCES parent (id)")
+    statements.append(
+        "CREATE TABLE t (\n  "
+        + ",\n  ".join(lines)
+        + f"\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={collation}"
+    )
+    if target.child:
+        ref = _column_ddl(target.column(target.key[0])).split(" ", 1)[1]
+        ref = ref.replace(" AUTO_INCREMENT", "").replace(" NOT NULL", "")
+        statements.append(
+            "CREATE TABLE child (id INT AUTO_INCREMENT PRIMARY KEY, "
+            f"ref {ref} NOT NULL, FOREIGN KEY (ref) REFERENCES t ({target.key[0]}) "
+            f"ON DELETE {target.child.upper()}) ENGINE=InnoDB "
+            f"DEFAULT CHARSET=utf8mb4 COLLATE={collation}"
+        )
+    if triggers:
+        statements += [
+            "CREATE TABLE audit (id INT AUTO_INCREMENT PRIMARY KEY, "
+            "what VARCHAR(64)) ENGINE=InnoDB",
+            "CREATE TRIGGER t_audit AFTER INSERT ON t FOR EACH ROW "
+            f"INSERT INTO audit (what) VALUES (CONCAT_WS(',', NEW.{target.key[0]}))",
+        ]
+    if before_trigger:
+        statements.append(
+            "CREATE TRIGGER t_label BEFORE UPDATE ON t FOR EACH ROW "
+            "SET NEW.label = UPPER(NEW.label)"
+        )
+    return statements
+
+
+def records(scenario: Scenario, sink: Sink) -> st.SearchStrategy[list[dict]]:
+    """A batch's records for ``sink``, in apply order, without ``rid`` and ``seq``
+    (the machine numbers them). CDC deletes carry their key and version only."""
+    written = [c for c in sink.written if c not in ("rid", "seq")]
+    fields = {c: st.sampled_from(scenario.domain(c)) for c in written}
+    if sink.cdc:
+        fields["op"] = st.sampled_from(("I", "U", "U", "D", "D"))
+    keep = set(sink.key) | ({sink.version} if sink.version else set())
+
+    def shaped(record: dict) -> dict:
+        if sink.cdc and record["op"] in sink.cdc.delete_values:
+            return {
+                c: (v if c in keep or c == "op" else None) for c, v in record.items()
+            }
+        return record
+
+    return st.lists(st.fixed_dictionaries(fields).map(shaped), min_size=1, max_size=5)
+
+
+def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
+    """The sink's config, as its TOML file would hold it."""
+    mysql: dict[str, Any] = {
+        "url": url,
+        "table": "t",
+        "key": list(sink.key),
+        "merge": dict(sink.merge),
+        "unique_conflicts": sink.unique_conflicts,
+        "retry_backoff": 0.02,
+        "retry_backoff_max": 0.1,
+        "outage_budget": 30,
+    }
+    if sink.version:
+        mysql["version_column"] = sink.version
+    raw: dict[str, Any] = {
+        "sink": {"id": sink.sink_id},
+        "wal": {"path": wal_path, "chunk_rows": 4},
+        "mysql": mysql,
+    }
+    if sink.cdc:
+        raw["cdc"] = {
+            "op_column": sink.cdc.op_column,
+            "order_by": sink.cdc.order_by,
+            "delete_values": list(sink.cdc.delete_values),
+        }
+    return raw
+
+
+def toml(raw: dict[str, Any]) -> str:
+    """``raw`` (sections of scalars, lists and flat tables) as TOML text."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        return str(v)
+
+    return "\n".join(
+        f"[{name}]\n" + "\n".join(f"{k} = {value(v)}" for k, v in section.items())
+        for name, section in raw.items()
+    )

@@ -1,0 +1,548 @@
+"""A plain-Python reference model of the sink's merge semantics (docs/merge.md, its
+"Per record" to "The target's shape"): what every target row must end
+as, given the target's shape, the sinks' configs, their staged batches and the
+operators' steps. No MySQL, no Spark, no code of ``wal_sink``: it is written from
+the words, so that the real sink can be held to it (tests/integration/
+test_model_fuzz.py).
+
+The model's rules, in the order a record meets them (``ReferenceModel._upsert`` and
+``_delete``):
+
+- a NULL key column: set aside (quarantined);
+- with ``[cdc]`` and a version column: a version the column cannot hold is set aside;
+  an upsert whose version is <= the key's tombstone (or NULL while one exists) is
+  skipped — tombstones belong to the table, whichever sink left them — before any
+  other value is judged (stale history is not bad data, docs/merge.md);
+- NaN or infinity in a float, a value that does not fit its column (too long, out
+  of range, NULL into NOT NULL): set aside; an ``add`` into an existing row checks
+  the sum instead;
+- the merge: key columns never change (the first text inserted stays);
+  ``overwrite`` takes the new value, with a version column only when the stored
+  version is NULL or the record's is non-NULL and >= it (the version column alike);
+  ``add``: NULL changes nothing, else stored NULL becomes the value, else the sum;
+  ``keep`` never changes;
+- a written foreign key whose parent is missing, a unique value another key's row
+  holds (``unique_conflicts = "quarantine"``), a delete a RESTRICT child refuses:
+  set aside, nothing of the record applied (a refused delete leaves no tombstone).
+
+Which sinks are refused at start (``refusal``) is decided from the shape and the
+configs alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+APPLIED = "applied"
+DELETED = "deleted"
+QUARANTINED = "quarantined"
+SKIPPED = "skipped"
+
+TS_MIN = datetime(1970, 1, 1, 0, 0, 1)
+TS_MAX = datetime(2038, 1, 19, 3, 14, 7, 999999)
+RANGES = {
+    "bigint": (-(2**63), 2**63 - 1),
+    "int": (-(2**31), 2**31 - 1),
+    "uint": (0, 2**32 - 1),
+}
+CI = "utf8mb4_general_ci"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the target, as far as a write's meaning depends on it."""
+
+    name: str
+    kind: str
+    """bigint, int, uint, varchar, timestamp, datetime or double."""
+    nullable: bool = True
+    has_default: bool = True
+    """False: NOT NULL without a default (an insert must write it)."""
+    length: int = 8
+    collation: str = CI
+    on_update: bool = False
+    """ON UPDATE CURRENT_TIMESTAMP."""
+    generated: bool = False
+    auto_increment: bool = False
+
+    def fits(self, value: Any) -> bool:
+        """Whether a non-NULL ``value`` can be stored in this column."""
+        if self.kind in RANGES:
+            low, high = RANGES[self.kind]
+            return low <= value <= high
+        if self.kind == "varchar":
+            return len(value) <= self.length
+        if self.kind == "timestamp":
+            return TS_MIN <= value <= TS_MAX
+        if self.kind == "double":
+            return math.isfinite(value)
+        return True
+
+    def collate(self, value: Any) -> Any:
+        """The value as the column compares it: pad-space text, case-insensitive
+        under a ``_ci`` collation."""
+        if self.kind != "varchar" or value is None:
+            return value
+        text = value.casefold() if self.collation.endswith("_ci") else value
+        return text.rstrip(" ")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The target table's shape."""
+
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    """``mysql.key``: the PRIMARY KEY or a UNIQUE key."""
+    unique: tuple[tuple[str, ...], ...] = ()
+    """Other unique indexes (a surrogate AUTO_INCREMENT PRIMARY KEY included)."""
+    fk_column: str | None = None
+    """References parent(id)."""
+    child: str | None = None
+    """A child table references the key: "restrict" or "cascade" on delete."""
+    before_trigger_sets: tuple[str, ...] = ()
+    """Columns a BEFORE INSERT/UPDATE trigger assigns (``SET NEW.col = …``)."""
+
+    def column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)
+
+
+@dataclass(frozen=True)
+class Cdc:
+    op_column: str = "op"
+    order_by: str = "seq"
+    delete_values: tuple[str, ...] = ("D",)
+
+
+@dataclass(frozen=True)
+class Sink:
+    """One sink's config and the columns its stream carries."""
+
+    sink_id: str
+    stream: tuple[str, ...]
+    """The stream's columns (the CDC op column included)."""
+    key: tuple[str, ...]
+    merge: tuple[tuple[str, str], ...] = ()
+    version: str | None = None
+    cdc: Cdc | None = None
+    unique_conflicts: str = "refuse"
+
+    def policy(self, column: str) -> str:
+        return dict(self.merge).get(column, "overwrite")
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """The stream's columns that reach the target (not the op column)."""
+        op = self.cdc.op_column if self.cdc else None
+        return tuple(c for c in self.stream if c != op)
+
+    @property
+    def guarded(self) -> bool:
+        """[cdc] and a version column: deletes leave tombstones."""
+        return self.cdc is not None and self.version is not None
+
+
+@dataclass
+class Ack:
+    rows: int = 0
+    deleted: int = 0
+    quarantined: int = 0
+    skipped: int = 0
+    state: str = "applied"
+
+
+@dataclass
+class Entry:
+    """A record set aside, in one sink's quarantine."""
+
+    batch_id: int
+    record: dict[str, Any]
+    is_open: bool = True
+    superseded: bool = False
+    """Its batch was applied again (replay --force): never retried."""
+
+    @property
+    def retriable(self) -> bool:
+        return self.is_open and not self.superseded
+
+
+@dataclass
+class Tombstone:
+    version: Any
+    expired: bool = False
+    """Older than the retention (time passed since it was last raised)."""
+
+
+@dataclass
+class SinkState:
+    batches: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """Staged batches still in the WAL."""
+    next_batch: int = 0
+    acks: dict[int, Ack] = field(default_factory=dict)
+    entries: list[Entry] = field(default_factory=list)
+
+
+class ReferenceModel:
+    """What the target holds after each step; one instance per scenario."""
+
+    def __init__(
+        self, target: Target, sinks: list[Sink], parents: set[int] | None = None
+    ) -> None:
+        self.target = target
+        self.sinks = {s.sink_id: s for s in sinks}
+        self.parents = set(parents or ())
+        self.rows: dict[tuple, dict[str, Any]] = {}
+        """By collated key; each with its columns as stored."""
+        self.tombstones: dict[tuple[str, tuple], Tombstone] = {}
+        """By (sink id, collated key)."""
+        self.children: Counter[tuple] = Counter()
+        """Rows of the child table per collated key."""
+        self.state = {s.sink_id: SinkState() for s in sinks}
+        self.owned = owned_columns(self)
+        """The target columns the model holds: those a sink not refused writes."""
+
+    # -- refusals -----------------------------------------------------------------
+
+    def refusal(self, sink_id: str) -> str | None:
+        """Why the sink must refuse to start (ConfigError), or None."""
+        sink, target = self.sinks[sink_id], self.target
+        if sink.version and sink.version not in sink.stream:
+            return f"the version column is absent from the stream: {sink.version}"
+        named = [*sink.key, *dict(sink.merge)]
+        if sink.cdc:
+            named += [sink.cdc.op_column, sink.cdc.order_by]
+        absent = [c for c in named if c not in sink.stream]
+        if absent:
+            return f"named column(s) absent from the stream: {absent}"
+        keep = [c for c in sink.written if sink.policy(c) == "keep"]
+        on_update = [c for c in (*sink.key, *keep) if target.column(c).on_update]
+        if on_update:
+            return f"key or keep column(s) with ON UPDATE: {on_update}"
+        generated = [c for c in sink.written if target.column(c).generated]
+        if generated:
+            return f"generated column(s) in the stream: {generated}"
+        unwritten = [
+            c.name
+            for c in target.columns
+            if not c.nullable
+            and not c.has_default
+            and not c.auto_increment
+            and not c.generated
+            and c.name not in sink.written
+        ]
+        if unwritten:
+            return f"NOT NULL column(s) without default not written: {unwritten}"
+        triggered = [c for c in target.before_trigger_sets if c in sink.written]
+        if triggered:
+            return f"a BEFORE trigger assigns stream column(s): {triggered}"
+        if sink.unique_conflicts == "refuse" and self._reachable(sink):
+            return f"another unique index is reachable: {self._reachable(sink)}"
+        if not sink.guarded and any(
+            other.guarded and self.refusal(other.sink_id) is None
+            for other in self.sinks.values()
+            if other.sink_id != sink_id
+        ):
+            return "another sink guards this target's deletes with tombstones"
+        return None
+
+    def _reachable(self, sink: Sink) -> list[tuple[str, ...]]:
+        """Other unique indexes every column of which the stream writes."""
+        return [
+            index
+            for index in self.target.unique
+            if all(c in sink.written for c in index)
+        ]
+
+    # -- staging and applying ---------------------------------------------------
+
+    def stage(self, sink_id: str, records: list[dict[str, Any]]) -> int:
+        """Stage ``records`` (in apply order) as the sink's next batch; its id."""
+        state = self.state[sink_id]
+        batch_id = state.next_batch
+        state.batches[batch_id] = [dict(r) for r in records]
+        state.next_batch += 1
+        return batch_id
+
+    def pending(self, sink_id: str) -> list[int]:
+        """Staged batches without an ack, in order."""
+        state = self.state[sink_id]
+        return sorted(b for b in state.batches if b not in state.acks)
+
+    def apply(self, sink_id: str, count: int | None = None) -> list[int]:
+        """Apply the ``count`` lowest pending batches (all by default), in order;
+        returns their ids."""
+        ids = self.pending(sink_id)[:count]
+        for batch_id in ids:
+            self._apply_batch(sink_id, batch_id)
+        return ids
+
+    def _apply_batch(self, sink_id: str, batch_id: int) -> None:
+        state = self.state[sink_id]
+        ack = Ack()
+        for record in state.batches[batch_id]:
+            outcome = self.apply_record(sink_id, record)
+            if outcome == QUARANTINED:
+                state.entries.append(Entry(batch_id, dict(record)))
+                ack.quarantined += 1
+            elif outcome == SKIPPED:
+                ack.skipped += 1
+            elif outcome == DELETED:
+                ack.deleted += 1
+            else:
+                ack.rows += 1
+        state.acks[batch_id] = ack
+
+    def set_aside(self, sink_id: str, batch_id: int) -> None:
+        """``quarantine-batch N``: the lowest pending batch, whole, to quarantine."""
+        if self.pending(sink_id)[:1] != [batch_id]:
+            raise ValueError(f"batch {batch_id} is not the lowest pending one")
+        state = self.state[sink_id]
+        records = state.batches[batch_id]
+        state.entries += [Entry(batch_id, dict(r)) for r in records]
+        state.acks[batch_id] = Ack(quarantined=len(records), state="quarantined")
+
+    def replay(self, sink_id: str, first: int, last: int) -> list[int]:
+        """``replay --from first --to last --force``: batches still in the WAL applied
+        again (acked ones) or for the first time, in order; earlier entries of a
+        re-applied batch are superseded. Returns the batches applied."""
+        state = self.state[sink_id]
+        if any(b < first for b in self.pending(sink_id)):
+            raise ValueError("replay would run ahead of pending batches")
+        done = []
+        for batch_id in range(first, last + 1):
+            if batch_id not in state.batches:
+                continue
+            for entry in state.entries:
+                if entry.batch_id == batch_id:
+                    entry.superseded = True
+            self._apply_batch(sink_id, batch_id)
+            done.append(batch_id)
+        return done
+
+    def purge(self, sink_id: str, before: int) -> None:
+        """``purge --before N``: acked batches below N leave the WAL with their ack
+        rows (the newest ack row stays); the sink's expired tombstones go, but
+        never one of a key with an open quarantined upsert."""
+        state = self.state[sink_id]
+        newest = max(state.acks, default=None)
+        for batch_id in [b for b in state.batches if b < before and b in state.acks]:
+            del state.batches[batch_id]
+            if batch_id != newest:
+                del state.acks[batch_id]
+        sink = self.sinks[sink_id]
+        if not sink.guarded:
+            return
+        held = self._keys_with_open_upserts()
+        for (owner, key), stone in list(self.tombstones.items()):
+            if owner == sink_id and stone.expired and key not in held:
+                del self.tombstones[(owner, key)]
+
+    def _keys_with_open_upserts(self) -> set[tuple]:
+        keys = set()
+        for sink_id, state in self.state.items():
+            sink = self.sinks[sink_id]
+            for entry in state.entries:
+                if entry.retriable and not self._is_delete(sink, entry.record):
+                    key = self._key(sink, entry.record)
+                    if key is not None:
+                        keys.add(key)
+        return keys
+
+    def retry(self, sink_id: str, through: int | None = None) -> None:
+        """``quarantine retry``: each open, non-superseded entry (of batches up to
+        ``through``), in batch order, applied now through the merge rules; one
+        refused again stays open."""
+        state = self.state[sink_id]
+        todo = [e for e in state.entries if e.retriable]
+        todo.sort(key=lambda e: e.batch_id)  # stable: set-aside order within one
+        for entry in todo:
+            if through is not None and entry.batch_id > through:
+                continue
+            if self.apply_record(sink_id, entry.record) != QUARANTINED:
+                entry.is_open = False
+
+    def open_entries(self, sink_id: str) -> list[Entry]:
+        """Entries a retry would apply."""
+        return [e for e in self.state[sink_id].entries if e.retriable]
+
+    # -- the operator's fixes and time --------------------------------------------
+
+    def add_parent(self, parent_id: int) -> None:
+        self.parents.add(parent_id)
+
+    def add_child(self, key: tuple) -> bool:
+        """A child row referencing the row of ``key`` (collated); False when there
+        is no such row."""
+        if key not in self.rows:
+            return False
+        self.children[key] += 1
+        return True
+
+    def remove_children(self) -> None:
+        self.children.clear()
+
+    def expire_tombstones(self) -> None:
+        """Time passes beyond every retention: every tombstone is old enough to
+        expire (at the next purge of its sink)."""
+        for stone in self.tombstones.values():
+            stone.expired = True
+
+    # -- one record ---------------------------------------------------------------
+
+    def apply_record(self, sink_id: str, record: dict[str, Any]) -> str:
+        """Apply one record now; APPLIED, DELETED, QUARANTINED or SKIPPED."""
+        sink = self.sinks[sink_id]
+        key = self._key(sink, record)
+        if key is None:
+            return QUARANTINED
+        if self._is_delete(sink, record):
+            return self._delete(sink, key, record)
+        return self._upsert(sink, key, record)
+
+    def _key(self, sink: Sink, record: dict[str, Any]) -> tuple | None:
+        values = [record.get(k) for k in sink.key]
+        if any(v is None for v in values):
+            return None
+        return tuple(self.target.column(k).collate(v) for k, v in zip(sink.key, values))
+
+    @staticmethod
+    def _is_delete(sink: Sink, record: dict[str, Any]) -> bool:
+        return sink.cdc is not None and record.get(sink.cdc.op_column) in (
+            sink.cdc.delete_values
+        )
+
+    def _tombstone(self, key: tuple) -> Any:
+        """The key's highest tombstone version, whichever sink left it; None."""
+        found = [s.version for (_, k), s in self.tombstones.items() if k == key]
+        return max(found, default=None)
+
+    def _upsert(self, sink: Sink, key: tuple, record: dict[str, Any]) -> str:
+        target = self.target
+        written = sink.written
+        version = record.get(sink.version) if sink.version else None
+        if sink.guarded:  # stale history is skipped before its values are judged
+            if version is not None and not target.column(sink.version).fits(version):
+                return QUARANTINED
+            stone = self._tombstone(key)
+            if stone is not None and (version is None or version <= stone):
+                return SKIPPED
+        if any(
+            isinstance(record.get(c), float) and not math.isfinite(record[c])
+            for c in written
+        ):
+            return QUARANTINED
+        stored = self.rows.get(key)
+        for name in written:
+            column, value = target.column(name), record.get(name)
+            if value is None:
+                if not column.nullable:
+                    return QUARANTINED
+            elif not (stored is not None and sink.policy(name) == "add"):
+                if not column.fits(value):
+                    return QUARANTINED
+        if stored is None:
+            new = {c: None for c in self.owned}
+            new.update({c: record.get(c) for c in written})
+        else:
+            new = self._merged(sink, stored, record)
+            if new is None:
+                return QUARANTINED
+        if self._refused_by_constraints(sink, key, stored, new):
+            return QUARANTINED
+        self.rows[key] = new
+        return APPLIED
+
+    def _merged(
+        self, sink: Sink, stored: dict[str, Any], record: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The stored row after the record's merge; None when an ``add`` leaves its
+        column's range."""
+        new = dict(stored)
+        newer = True
+        if sink.version:
+            old, version = stored.get(sink.version), record.get(sink.version)
+            newer = old is None or (version is not None and version >= old)
+        for name in sink.written:
+            if name in sink.key:
+                continue
+            value, policy = record.get(name), sink.policy(name)
+            if policy == "add":
+                if value is None:
+                    continue
+                total = value if stored.get(name) is None else stored[name] + value
+                if not self.target.column(name).fits(total):
+                    return None
+                new[name] = total
+            elif policy == "overwrite" and newer:
+                new[name] = value
+        return new
+
+    def _refused_by_constraints(
+        self,
+        sink: Sink,
+        key: tuple,
+        stored: dict[str, Any] | None,
+        new: dict[str, Any],
+    ) -> bool:
+        """A missing parent of a written foreign key value (1452), or a unique
+        value another key's row holds (a unique_conflicts = "quarantine" sink)."""
+        fk = self.target.fk_column
+        if fk is not None and fk in sink.written:
+            value = new.get(fk)
+            changed = stored is None or stored.get(fk) != value
+            if value is not None and changed and value not in self.parents:
+                return True
+        for index in self.target.unique:
+            if not all(c in sink.written for c in index):
+                continue
+            mine = self._collated(index, new)
+            if mine is None or (
+                stored is not None and self._collated(index, stored) == mine
+            ):
+                continue
+            if any(
+                other_key != key and self._collated(index, row) == mine
+                for other_key, row in self.rows.items()
+            ):
+                return True
+        return False
+
+    def _collated(self, index: tuple[str, ...], row: dict[str, Any]) -> tuple | None:
+        values = [row.get(c) for c in index]
+        if any(v is None for v in values):
+            return None  # NULLs never collide
+        return tuple(self.target.column(c).collate(v) for c, v in zip(index, values))
+
+    def _delete(self, sink: Sink, key: tuple, record: dict[str, Any]) -> str:
+        version = record.get(sink.version) if sink.guarded else None
+        if version is not None and not self.target.column(sink.version).fits(version):
+            return QUARANTINED
+        stored = self.rows.get(key)
+        removes = stored is not None and (
+            not sink.guarded
+            or stored.get(sink.version) is None
+            or (version is not None and stored[sink.version] <= version)
+        )
+        if removes and self.children[key] and self.target.child == "restrict":
+            return QUARANTINED
+        if removes:
+            del self.rows[key]
+            self.children.pop(key, None)
+        if sink.guarded and version is not None:
+            stone = self.tombstones.get((sink.sink_id, key))
+            if stone is None or version >= stone.version:
+                self.tombstones[(sink.sink_id, key)] = Tombstone(version)
+        return DELETED
+
+
+def owned_columns(model: ReferenceModel) -> list[str]:
+    """The target columns a sink that is not refused writes, in stream order."""
+    names: list[str] = []
+    for sink_id, sink in model.sinks.items():
+        if model.refusal(sink_id) is None:
+            names += [c for c in sink.written if c not in names]
+    return names

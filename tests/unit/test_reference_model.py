@@ -1,0 +1,342 @@
+"""The reference model (tests/reference_model.py) on hand-made examples: each rule of
+the merge semantics once, so that a fuzz failure can be blamed on the sink, not on
+the model."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from tests.reference_model import (
+    APPLIED,
+    QUARANTINED,
+    SKIPPED,
+    Ack,
+    Cdc,
+    Column,
+    ReferenceModel,
+    Sink,
+    Target,
+)
+
+ID = Column("id", "bigint", nullable=False)
+N = Column("n", "bigint")
+LABEL = Column("label", "varchar")
+V = Column("v", "bigint")
+SEQ = Column("seq", "bigint")
+
+
+def target(*columns: Column, key=("id",), **shape) -> Target:
+    return Target(
+        columns=(ID, *columns) if key == ("id",) else columns, key=key, **shape
+    )
+
+
+def sink(stream, merge=(), version=None, cdc=False, sink_id="s1", **more) -> Sink:
+    return Sink(
+        sink_id=sink_id,
+        stream=tuple(stream) + (("op",) if cdc else ()),
+        key=more.pop("key", ("id",)),
+        merge=tuple(merge),
+        version=version,
+        cdc=Cdc() if cdc else None,
+        **more,
+    )
+
+
+def run(model: ReferenceModel, *batches: list[dict], sink_id: str = "s1") -> None:
+    for records in batches:
+        model.stage(sink_id, records)
+    model.apply(sink_id)
+
+
+def test_upsert_inserts_new_keys_then_overwrites_adds_and_keeps():
+    created = Column("created", "datetime")
+    model = ReferenceModel(
+        target(N, LABEL, created),
+        [sink(["id", "n", "label", "created"], [("n", "add"), ("created", "keep")])],
+    )
+    first, later = datetime(2001, 1, 1), datetime(2002, 1, 1)
+    run(
+        model,
+        [{"id": 1, "n": 2, "label": "x", "created": first}],
+        [{"id": 1, "n": 3, "label": "y", "created": later}],
+    )
+    assert model.rows == {(1,): {"id": 1, "n": 5, "label": "y", "created": first}}
+
+
+def test_version_guard_overwrites_at_or_above_the_stored_version_only():
+    model = ReferenceModel(
+        target(N, LABEL, V), [sink(["id", "n", "label", "v"], [("n", "add")], "v")]
+    )
+    run(
+        model,
+        [{"id": 1, "n": 1, "label": "a", "v": 5}],
+        [{"id": 1, "n": 1, "label": "older", "v": 4}],
+        [{"id": 1, "n": 1, "label": "none", "v": None}],
+        [{"id": 1, "n": 1, "label": "same", "v": 5}],
+    )
+    assert model.rows[(1,)] == {"id": 1, "n": 4, "label": "same", "v": 5}
+    run(
+        model,
+        [{"id": 2, "n": 1, "label": "a", "v": None}],
+        [{"id": 2, "n": 1, "label": "b", "v": None}],
+    )
+    assert model.rows[(2,)]["label"] == "b", "NULL overwrites a NULL version"
+
+
+def test_add_of_null_changes_nothing_and_a_null_total_takes_the_value():
+    model = ReferenceModel(target(N), [sink(["id", "n"], [("n", "add")])])
+    run(model, [{"id": 1, "n": None}], [{"id": 1, "n": None}])
+    assert model.rows[(1,)]["n"] is None
+    run(model, [{"id": 1, "n": 4}])
+    assert model.rows[(1,)]["n"] == 4
+
+
+@pytest.mark.parametrize(
+    "collation, keys, rows",
+    [
+        ("utf8mb4_general_ci", ["a", "A", "a  "], {("a",): "a"}),
+        ("utf8mb4_bin", ["a", "A", "a  "], {("a",): "a", ("A",): "A"}),
+    ],
+)
+def test_keys_compare_by_collation_and_keep_their_first_text(collation, keys, rows):
+    k = Column("k", "varchar", nullable=False, collation=collation)
+    model = ReferenceModel(
+        Target((k, N), ("k",)), [sink(["k", "n"], [("n", "add")], key=("k",))]
+    )
+    run(model, [{"k": key, "n": 1} for key in keys])
+    assert {key: row["k"] for key, row in model.rows.items()} == rows
+    assert sum(row["n"] for row in model.rows.values()) == 3
+
+
+def test_auto_increment_zero_is_a_key_like_any_other():
+    auto = Column("id", "bigint", nullable=False, auto_increment=True)
+    model = ReferenceModel(
+        Target((auto, N), ("id",)), [sink(["id", "n"], [("n", "add")])]
+    )
+    run(model, [{"id": 0, "n": 1}, {"id": 0, "n": 2}, {"id": None, "n": 3}])
+    assert model.rows == {(0,): {"id": 0, "n": 3}}
+    assert model.state["s1"].acks[0] == Ack(rows=2, quarantined=1)
+
+
+def test_values_that_do_not_fit_are_quarantined_and_the_rest_goes_on():
+    score = Column("score", "double")
+    required = Column("req", "int", nullable=False, has_default=False)
+    parent = Column("parent_id", "bigint")
+    model = ReferenceModel(
+        target(N, LABEL, score, required, parent, fk_column="parent_id"),
+        [sink(["id", "n", "label", "score", "req", "parent_id"], [("n", "add")])],
+        parents={1},
+    )
+    ok = {"id": 1, "n": 1, "label": "x", "score": 0.5, "req": 1, "parent_id": 1}
+    bad = [
+        {**ok, "id": None},
+        {**ok, "score": float("nan")},
+        {**ok, "label": "123456789"},
+        {**ok, "req": None},
+        {**ok, "parent_id": 2},
+        {**ok, "n": 2**63 - 1},  # adds past BIGINT's maximum
+    ]
+    run(model, [ok, *bad])
+    assert model.rows == {(1,): ok}
+    assert model.state["s1"].acks[0] == Ack(rows=1, quarantined=6)
+    model.add_parent(2)
+    model.retry("s1")
+    assert model.rows[(1,)]["parent_id"] == 2, "the fixed parent lets it land"
+
+
+def test_add_into_unsigned_applies_a_negative_delta_whose_sum_fits():
+    unsigned = Column("n", "uint")
+    model = ReferenceModel(target(unsigned), [sink(["id", "n"], [("n", "add")])])
+    run(model, [{"id": 1, "n": -1}, {"id": 2, "n": 5}, {"id": 2, "n": -3}])
+    run(model, [{"id": 2, "n": -3}])
+    assert model.rows == {(2,): {"id": 2, "n": 2}}
+    assert [a.quarantined for a in model.state["s1"].acks.values()] == [1, 1]
+
+
+def test_unique_conflicts_first_wins_and_a_freed_value_is_free():
+    model = ReferenceModel(
+        target(LABEL, unique=(("label",),)),
+        [sink(["id", "label"], unique_conflicts="quarantine")],
+    )
+    run(
+        model,
+        [
+            {"id": 1, "label": "x"},
+            {"id": 2, "label": "X "},  # the same value, case- and pad-insensitively
+            {"id": 1, "label": "y"},  # 1 moves away from x ...
+            {"id": 3, "label": "x"},  # ... which is free again
+            {"id": 4, "label": None},
+            {"id": 5, "label": None},  # NULLs never collide
+        ],
+    )
+    assert {k[0]: r["label"] for k, r in model.rows.items()} == {
+        1: "y",
+        3: "x",
+        4: None,
+        5: None,
+    }
+
+
+def cdc_model(*sinks: Sink, child: str | None = None) -> ReferenceModel:
+    return ReferenceModel(target(N, V, SEQ, child=child), list(sinks))
+
+
+def cdc_sink(sink_id="s1") -> Sink:
+    return sink(["id", "n", "v", "seq"], [("n", "add")], "v", cdc=True, sink_id=sink_id)
+
+
+def up(key, v, n=1, op="U"):
+    return {"id": key, "n": n, "v": v, "op": op}
+
+
+def delete(key, v):
+    return {"id": key, "n": None, "v": v, "op": "D"}
+
+
+def test_a_delete_leaves_a_tombstone_that_skips_older_upserts():
+    model = cdc_model(cdc_sink())
+    run(model, [up(1, 5), delete(1, 7), up(1, 7), up(1, None), up(2, 3)])
+    run(model, [delete(2, 2)], [up(1, 8)])
+    assert model.rows == {
+        (1,): {"id": 1, "n": 1, "v": 8, "seq": None},
+        (2,): {"id": 2, "n": 1, "v": 3, "seq": None},  # an older delete: no effect
+    }
+    assert model.state["s1"].acks[0] == Ack(rows=2, deleted=1, skipped=2)
+    model.apply_record("s1", delete(1, None))
+    assert (1,) in model.rows, "a delete without a version spares a versioned row"
+
+
+def test_tombstones_belong_to_the_table_and_a_guardless_sink_is_refused():
+    live, backfill = cdc_sink("live"), cdc_sink("backfill")
+    model = cdc_model(live, backfill)
+    run(model, [up(1, 1), delete(1, 10)], sink_id="live")
+    assert model.apply_record("backfill", up(1, 7)) == SKIPPED
+    plain = sink(["id", "n", "v"], [("n", "add")], "v", sink_id="plain")
+    assert cdc_model(live, plain).refusal("plain") is not None
+    assert cdc_model(plain).refusal("plain") is None
+
+
+@pytest.mark.parametrize("action, present", [("restrict", True), ("cascade", False)])
+def test_a_delete_a_child_restricts_is_quarantined_and_leaves_no_tombstone(
+    action, present
+):
+    model = cdc_model(cdc_sink(), child=action)
+    run(model, [up(1, 1)])
+    model.add_child((1,))
+    run(model, [delete(1, 5), up(1, 3)])
+    assert ((1,) in model.rows) is present
+    assert bool(model.tombstones) is not present
+    if present:
+        assert model.rows[(1,)]["n"] == 2, "no tombstone: the upsert applies"
+        model.remove_children()
+        model.retry("s1")
+        assert model.rows == {} and model.tombstones
+
+
+def test_replay_adds_again_and_supersedes_its_earlier_entries_for_good():
+    model = ReferenceModel(target(N), [sink(["id", "n"], [("n", "add")])])
+    run(model, [{"id": 1, "n": 1}, {"id": None, "n": 1}])
+    model.replay("s1", 0, 0)
+    assert model.rows[(1,)]["n"] == 2
+    assert [e.superseded for e in model.state["s1"].entries] == [True, False]
+    run(model, [{"id": 1, "n": 5}])
+    model.purge("s1", before=1)
+    assert list(model.state["s1"].acks) == [1], "the newest ack row stays"
+    assert len(model.open_entries("s1")) == 1, "still superseded after the purge"
+
+
+def test_purge_expires_tombstones_but_not_of_keys_with_open_upserts():
+    model = cdc_model(cdc_sink())
+    run(model, [delete(1, 5), delete(2, 5), up(2, 9, n=2**63 - 1), up(2, 9)])
+    model.expire_tombstones()
+    model.purge("s1", before=0)
+    assert [k for _, k in model.tombstones] == [(2,)]
+    assert model.apply_record("s1", up(1, 1)) == APPLIED
+
+
+def test_retry_goes_through_the_version_guard_once():
+    model = ReferenceModel(
+        target(N, LABEL, V), [sink(["id", "n", "label", "v"], [("n", "add")], "v")]
+    )
+    run(model, [{"id": 1, "n": 1, "label": "123456789", "v": 1}])
+    run(model, [{"id": 1, "n": 1, "label": "new", "v": 2}])
+    model.target = target(N, Column("label", "varchar", length=16), V)
+    model.retry("s1")
+    model.retry("s1")
+    assert model.rows[(1,)] == {"id": 1, "n": 2, "label": "new", "v": 2}
+
+
+def test_set_aside_acks_the_lowest_pending_batch_as_quarantined():
+    model = ReferenceModel(target(N), [sink(["id", "n"], [("n", "add")])])
+    model.stage("s1", [{"id": 1, "n": 1}])
+    model.stage("s1", [{"id": 2, "n": 1}])
+    with pytest.raises(ValueError):
+        model.set_aside("s1", 1)
+    model.set_aside("s1", 0)
+    assert model.pending("s1") == [1]
+    assert model.state["s1"].acks[0] == Ack(quarantined=1, state="quarantined")
+    model.retry("s1")
+    assert model.rows == {(1,): {"id": 1, "n": 1}}
+
+
+TS = Column("ts", "timestamp", nullable=False)
+A = Column("a", "int", nullable=False)
+
+
+@pytest.mark.parametrize(
+    "columns, stream, merge, shape, refused",
+    [
+        ((N, V), ["id", "n"], [("n", "add")], {}, "absent"),
+        ((N, V), ["id", "v"], [("n", "add")], {}, "absent"),
+        (
+            (Column("c", "timestamp", on_update=True),),
+            ["id", "c"],
+            [("c", "keep")],
+            {},
+            "ON UPDATE",
+        ),
+        ((Column("c", "timestamp", on_update=True),), ["id", "c"], [], {}, None),
+        ((Column("g", "bigint", generated=True),), ["id", "g"], [], {}, "generated"),
+        (
+            (Column("r", "int", nullable=False, has_default=False),),
+            ["id"],
+            [],
+            {},
+            "NOT NULL",
+        ),
+        ((LABEL,), ["id", "label"], [], {"before_trigger_sets": ("label",)}, "BEFORE"),
+        ((LABEL,), ["id"], [], {"before_trigger_sets": ("label",)}, None),
+        ((LABEL,), ["id", "label"], [], {"unique": (("label",),)}, "unique"),
+        ((LABEL,), ["id"], [], {"unique": (("label",),)}, None),
+        ((N,), ["id", "n"], [], {"fk_column": "n"}, None),
+    ],
+)
+def test_refusals_follow_the_targets_shape(columns, stream, merge, shape, refused):
+    version = "v" if any(c.name == "v" for c in columns) else None
+    model = ReferenceModel(target(*columns, **shape), [sink(stream, merge, version)])
+    why = model.refusal("s1")
+    assert (why is None) if refused is None else refused in why
+
+
+def test_an_on_update_key_column_is_refused():
+    ts = Column("ts", "timestamp", nullable=False, on_update=True)
+    model = ReferenceModel(
+        Target((A, ts, N), ("a", "ts")),
+        [sink(["a", "ts", "n"], [("n", "add")], key=("a", "ts"))],
+    )
+    assert "ON UPDATE" in model.refusal("s1")
+
+
+def test_a_null_version_into_a_not_null_timestamp_is_quarantined():
+    v = Column("v", "timestamp", nullable=False, has_default=False)
+    model = ReferenceModel(target(N, v), [sink(["id", "n", "v"], [], "v")])
+    t1, t3 = datetime(2001, 1, 1), datetime(2003, 1, 1)
+    outcomes = [
+        model.apply_record("s1", {"id": 1, "n": n, "v": version})
+        for n, version in ((1, t1), (2, None), (3, t3))
+    ]
+    assert outcomes == [APPLIED, QUARANTINED, APPLIED]
+    assert model.rows[(1,)] == {"id": 1, "n": 3, "v": t3}
