@@ -4,6 +4,8 @@ writer epoch per query run (what fencing relies on), a reset checkpoint refused.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -98,6 +100,75 @@ def test_format_wal_sink_with_the_follower_lands_exactly_once(
     follower.drain()
     assert target() == expected
     assert DeltaTable(str(tmp_path / "wal")).transaction_version("ds:writer") == 2
+
+
+ROUTED = """
+[sink]
+id = "routed"
+[wal]
+path = "{wal}"
+[mysql]
+url = "{url}"
+route_column = "kind"
+auto_create = true
+[mysql.tables.ds_left]
+route = "L"
+key = ["k"]
+columns = ["k", "amount"]
+merge = {{ amount = "add" }}
+[mysql.tables.ds_right]
+route = "R"
+key = ["k"]
+columns = ["k", "seq"]
+"""
+
+
+def test_format_wal_sink_routes_to_tables_the_follower_creates(spark, db, tmp_path):
+    """Several tables behind the data source, whose Spark side has no MySQL: the
+    follower creates both tables (mysql.auto_create) from the WAL's schema before
+    its first batch, then applies each batch to both in one transaction, a row
+    routed nowhere set aside."""
+    for t in ("ds_left", "ds_right", "wal_sink_ack", "wal_sink_ack_tables"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    config = tmp_path / "routed.toml"
+    config.write_text(ROUTED.format(wal=tmp_path / "wal", url=db.url))
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    batches = [
+        [("L", "a", "1.50", 1), ("R", "a", None, 1), ("X", "z", None, 9)],
+        [("L", "a", "2.25", 2), ("R", "a", None, 2), ("R", "b", None, 5)],
+    ]
+    for i, rows in enumerate(batches):
+        path = landing / f"part-{i}.json"
+        keys = ("kind", "k", "amount", "seq")
+        path.write_text("".join(json.dumps(dict(zip(keys, r))) + "\n" for r in rows))
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+    follower = FollowerThread(config)
+    query = (
+        spark.readStream.schema("kind STRING, k STRING, amount DECIMAL(12,2), seq INT")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(landing))
+        .writeStream.format("wal_sink")
+        .option("config", str(config))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    follower.drain()
+    assert db.rows("SELECT k, amount FROM ds_left") == [("a", Decimal("3.75"))]
+    assert db.rows("SELECT k, seq FROM ds_right ORDER BY k") == [("a", 2), ("b", 5)]
+    counts = db.rows(
+        "SELECT batch_id, table_name, row_count, quarantined FROM wal_sink_ack_tables"
+        " WHERE sink_id = 'routed' ORDER BY 1, 2"
+    )
+    assert counts == [
+        (0, "", 0, 1),
+        (0, "ds_left", 1, 0),
+        (0, "ds_right", 1, 0),
+        (1, "ds_left", 1, 0),
+        (1, "ds_right", 2, 0),
+    ]
 
 
 def test_a_reset_checkpoint_is_refused_by_the_data_source(spark, db, target, tmp_path):
