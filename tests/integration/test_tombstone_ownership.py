@@ -149,6 +149,44 @@ def test_the_tombstone_table_follows_the_targets_key_type(db, items, config):
     assert db.rows("SELECT k FROM items_tombstones ORDER BY k") == [(1,), (big,)]
 
 
+def test_a_timestamp_key_gets_its_tombstone_table_on_an_old_default_server(
+    db, tmp_path
+):
+    """explicit_defaults_for_timestamp OFF (older servers' default): a TIMESTAMP
+    NOT NULL key column copied into the tombstone table must not take an implicit
+    default the server then refuses (1067). Found by the model fuzzer."""
+    for t in ("ts_items", "ts_items_tombstones", "wal_sink_ack"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        "CREATE TABLE ts_items (a INT NOT NULL, ts TIMESTAMP(6) NOT NULL, "
+        "v BIGINT, PRIMARY KEY (a, ts)) ENGINE=InnoDB"
+    )
+    raw = {
+        "sink": {"id": "ts"},
+        "wal": {"path": str(tmp_path / "wal")},
+        "mysql": {
+            "url": db.url,
+            "table": "ts_items",
+            "key": ["a", "ts"],
+            "version_column": "v",
+        },
+        "cdc": CDC,
+    }
+    db.execute("SET GLOBAL explicit_defaults_for_timestamp = OFF")
+    try:
+        sink = SinkInstance(config_from_dict(raw, base_dir=tmp_path))
+        try:
+            sink.start()
+        finally:
+            sink.close()
+    finally:
+        db.execute("SET GLOBAL explicit_defaults_for_timestamp = ON")
+    assert db.rows(
+        "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+        "DATABASE() AND TABLE_NAME = 'ts_items_tombstones' ORDER BY 1"
+    )[:2] == [("a",), ("ts",)]
+
+
 def test_a_refused_delete_leaves_no_tombstone(db, items, config):
     """A delete a child row refuses (1451) is set aside; it leaves no tombstone,
     and an upsert after it in the same batch is judged without it."""
