@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from tests.helpers import stage_rows
+from wal_sink import faults
 from wal_sink.config import config_from_dict
 from wal_sink.ops.purge import execute_purge, plan_purge
 from wal_sink.ops.quarantine_entries import SUPERSEDED, list_entries
@@ -83,6 +84,31 @@ def test_a_replay_supersedes_only_its_own_batchs_entries(db, sink_config):
     assert [r.applied for r in run_retry(sink, plan_retry(sink))] == [1]
     sink.close()
     assert db.rows("SELECT k, label FROM items ORDER BY k") == [(1, "a"), (2, "b")]
+
+
+def test_rows_set_aside_by_a_process_that_died_after_commit_are_listed_on_restart(
+    db, sink_config, monkeypatch
+):
+    """The process dies right after the batch's COMMIT, before its outbox drains:
+    the restart's recovery moves the row to the quarantine, so it is listed and
+    retried without waiting for a new batch. Found by the model fuzzer."""
+    cfg = sink_config
+    stage_rows(cfg, 0, rows((1, 7, "a")), SCHEMA)
+    sink = SinkInstance(cfg)
+    monkeypatch.setenv(faults.ENV, "commit.after_commit:0:raise")
+    with pytest.raises(faults.InjectedFault):
+        sink.start().apply(0)
+    monkeypatch.delenv(faults.ENV)
+    sink.close()
+    assert db.rows("SELECT COUNT(*) FROM wal_sink_outbox") == [(1,)]
+    sink = SinkInstance(cfg)
+    sink.start()
+    assert sink.recover() == []
+    assert [e.entry.batch_id for e in list_entries(sink) if e.is_open] == [0]
+    db.execute("INSERT INTO parents VALUES (7)")
+    assert [r.applied for r in run_retry(sink, plan_retry(sink))] == [1]
+    sink.close()
+    assert db.rows("SELECT k, label FROM items") == [(1, "a")]
 
 
 def test_rows_set_aside_after_the_outbox_was_truncated_reach_the_quarantine(

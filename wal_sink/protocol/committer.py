@@ -226,8 +226,7 @@ class Committer:
             except TransientError as e:
                 tried.add(apply_id)
                 budget.wait(e)
-        if self._outbox_filled:  # not every batch: a drain reads the quarantine table
-            self._drain_outbox()
+        self.drain_outbox()
         return results
 
     def _resolve(self, batch: StagedBatch | int) -> StagedBatch:
@@ -388,9 +387,14 @@ class Committer:
         log.info("sink %s batch %s already applied; skipped", self.sink_id, batch_id)
         return CommitResult(batch_id, applied=False)
 
-    def _drain_outbox(self) -> None:
-        """Move set-aside rows to the quarantine table; on failure they wait in the
-        outbox for the next drain (nothing is lost, the batch stays applied)."""
+    def drain_outbox(self) -> None:
+        """Move set-aside rows to the quarantine table, if any may wait (not every
+        batch: a drain reads the quarantine table); on failure they wait in the
+        outbox for the next drain (nothing is lost, the batch stays applied).
+        Recovery calls it too, so rows an earlier process left there (a crash right
+        after COMMIT) are listed and retried without waiting for a new batch."""
+        if not self._outbox_filled:
+            return
         try:
             self.outbox.drain(self.engine)
             self._outbox_filled = False

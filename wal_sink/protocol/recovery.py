@@ -177,9 +177,11 @@ def groups(batches: Iterable[tuple[int, int]], max_rows: int) -> list[list[int]]
 def recover(
     committer: Committer, parts: SinkParts, engine: Engine
 ) -> list[CommitResult]:
-    """Apply every staged-but-unacked batch, oldest first, consecutive ones in
-    shared transactions, with ``committer`` (which holds the lease)."""
+    """Move rows an earlier process left in the outbox to the quarantine, then
+    apply every staged-but-unacked batch, oldest first, consecutive ones in shared
+    transactions, with ``committer`` (which holds the lease)."""
     wal, acks = parts.wal, parts.acks
+    committer.drain_outbox()
     wal.refresh()
     staged = wal.staged_batches()
     with engine.connect() as conn:
