@@ -209,22 +209,31 @@ class ReferenceModel:
 
     def refusal(self, sink_id: str) -> str | None:
         """Why the sink must refuse to start (ConfigError), or None."""
+        found = self.refusals(sink_id)
+        return found[0] if found else None
+
+    def refusals(self, sink_id: str) -> list[str]:
+        """Every reason the sink must refuse to start, each naming its columns
+        (``[...]``) or the tombstones (the sink names one: which is its order)."""
         sink, target = self.sinks[sink_id], self.target
+        found = []
         if sink.version and sink.version not in sink.stream:
-            return f"the version column is absent from the stream: {sink.version}"
+            found.append(
+                f"the version column is absent from the stream: {[sink.version]}"
+            )
         named = [*sink.key, *dict(sink.merge)]
         if sink.cdc:
             named += [sink.cdc.op_column, sink.cdc.order_by]
         absent = [c for c in named if c not in sink.stream]
         if absent:
-            return f"named column(s) absent from the stream: {absent}"
+            found.append(f"named column(s) absent from the stream: {absent}")
         keep = [c for c in sink.written if sink.policy(c) == "keep"]
         on_update = [c for c in (*sink.key, *keep) if target.column(c).on_update]
         if on_update:
-            return f"key or keep column(s) with ON UPDATE: {on_update}"
+            found.append(f"key or keep column(s) with ON UPDATE: {on_update}")
         generated = [c for c in sink.written if target.column(c).generated]
         if generated:
-            return f"generated column(s) in the stream: {generated}"
+            found.append(f"generated column(s) in the stream: {generated}")
         unwritten = [
             c.name
             for c in target.columns
@@ -235,19 +244,19 @@ class ReferenceModel:
             and c.name not in sink.written
         ]
         if unwritten:
-            return f"NOT NULL column(s) without default not written: {unwritten}"
+            found.append(f"NOT NULL column(s) without default not written: {unwritten}")
         triggered = [c for c in target.before_trigger_sets if c in sink.written]
         if triggered:
-            return f"a BEFORE trigger assigns stream column(s): {triggered}"
+            found.append(f"a BEFORE trigger assigns stream column(s): {triggered}")
         if sink.unique_conflicts == "refuse" and self._reachable(sink):
-            return f"another unique index is reachable: {self._reachable(sink)}"
+            found.append(f"another unique index is reachable: {self._reachable(sink)}")
         if not sink.guarded and any(
             other.guarded and self.refusal(other.sink_id) is None
             for other in self.sinks.values()
             if other.sink_id != sink_id
         ):
-            return "another sink guards this target's deletes with tombstones"
-        return None
+            found.append("another sink guards this target's deletes with tombstones")
+        return found
 
     def _reachable(self, sink: Sink) -> list[tuple[str, ...]]:
         """Other unique indexes every column of which the stream writes."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -125,6 +126,14 @@ def _kind(error: BaseException) -> str:
         return error.kind
     where = traceback.extract_tb(error.__traceback__)[-1]
     return f"{type(error).__name__} at {where.filename}:{where.lineno}"
+
+
+def _named(reasons: list[str]) -> set[str]:
+    """What a refusal's one line must name for one of the model's reasons: one of
+    their columns, or the tombstones."""
+    words = {w for r in reasons for w in re.findall(r"'([^']+)'", r)}
+    guarded = any("tombstones" in r for r in reasons)
+    return words | ({"tombstones"} if guarded else set())
 
 
 def step(fn):
@@ -267,6 +276,13 @@ class ModelFuzz(RuleBasedStateMachine):
         except ConfigError as e:
             if "\n" in str(e):
                 raise Disagreement("refusal", f"a refusal of more lines: {e}") from e
+            reasons = self.model.refusals(sink_id)
+            if not any(word in str(e) for word in _named(reasons)):
+                raise Disagreement(
+                    "refusal for another reason",
+                    f"model: {sink_id} is refused ({'; '.join(reasons)}); "
+                    f"the sink refused: {e}",
+                ) from e
             return
         finally:
             self.real[sink_id].stop_job()
