@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from devtools.spark_job import JobProcess
-from tests.helpers import JOB
+from tests.helpers import JOB, write_config
 
 UTC = timezone.utc
 D38 = Decimal("9" * 38)
@@ -145,30 +145,15 @@ def client_rows(db, sql: str) -> list[list[str]]:
 
 
 def config_for(db, tmp_path: Path, landing: Path, mysql: str) -> Path:
-    path = tmp_path / "made.toml"
-    path.write_text(f"""
-[sink]
-id = "made"
-
-[source]
-format = "parquet"
-path = "{landing}"
-schema = "{SPARK_SCHEMA}"
-
-[wal]
-path = "{tmp_path / "wal"}"
-
-[mysql]
-url = "{db.url}"
-table = "made"
-key = ["k"]
-{mysql}
-
-[job]
-checkpoint = "{tmp_path / "checkpoint"}"
-{JOB}
-""")
-    return path
+    return write_config(
+        tmp_path / "made.toml",
+        db,
+        table="made",
+        source=f'[source]\nformat = "parquet"\npath = "{landing}"\n'
+        f'schema = "{SPARK_SCHEMA}"',
+        mysql=mysql,
+        job=JOB,
+    )
 
 
 def test_extreme_values_round_trip_through_a_table_the_sink_created(db, tmp_path):
