@@ -57,9 +57,11 @@ def target(db):
     return lambda: dict(db.rows("SELECT k, amount FROM ds_totals"))
 
 
-def stream(spark, config: Path, landing: Path, checkpoint: Path) -> None:
+def stream(
+    spark, config: Path, landing: Path, checkpoint: Path, schema: str = LANDING_SCHEMA
+) -> None:
     query = (
-        spark.readStream.schema(LANDING_SCHEMA)
+        spark.readStream.schema(schema)
         .option("maxFilesPerTrigger", 1)
         .json(str(landing))
         .writeStream.format("wal_sink")  # no register call: pyspark_wal_sink
@@ -144,17 +146,8 @@ def test_format_wal_sink_routes_to_tables_the_follower_creates(spark, db, tmp_pa
         path.write_text("".join(json.dumps(dict(zip(keys, r))) + "\n" for r in rows))
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
     follower = FollowerThread(config)
-    query = (
-        spark.readStream.schema("kind STRING, k STRING, amount DECIMAL(12,2), seq INT")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(landing))
-        .writeStream.format("wal_sink")
-        .option("config", str(config))
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    schema = "kind STRING, k STRING, amount DECIMAL(12,2), seq INT"
+    stream(spark, config, landing, tmp_path / "cp", schema)
     follower.drain()
     assert db.rows("SELECT k, amount FROM ds_left") == [("a", Decimal("3.75"))]
     assert db.rows("SELECT k, seq FROM ds_right ORDER BY k") == [("a", 2), ("b", 5)]
