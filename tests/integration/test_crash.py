@@ -1,5 +1,10 @@
 """Crash tests: the writer is killed with SIGKILL (process group: Python driver and
-Spark JVM) at each step of the protocol, restarted, and MySQL must be exact (I1, I2)."""
+Spark JVM) at each step of the protocol, restarted, and MySQL must be exact (I1, I2).
+
+Each staging mode is one chain: the writer is killed at the first point on batch 1,
+restarted and killed at the next point on batch 2, and so on; every kill lands on a
+batch no run has tried before, after the earlier crashes were recovered, and a last
+run drains the rest. One JVM start per kill instead of two."""
 
 from __future__ import annotations
 
@@ -10,11 +15,23 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from tests.helpers import CRASH_BATCHES, run_writer, write_config, write_landing
+from tests.helpers import run_writer, write_config, write_landing
 from wal_sink.storage import Storage
 from wal_sink.wal.maintenance import vacuum
 
 pytestmark = pytest.mark.crash
+
+STAGE_POINTS = ("stage.during", "stage.before_commit", "stage.after")
+CHAINS = {
+    "executors": STAGE_POINTS,
+    # a small batch's one file written from the driver (wal.driver_stage_rows)
+    "driver": (*STAGE_POINTS, "commit.before_commit", "commit.after_commit"),
+}
+BATCHES = [
+    [(f"k{i % (5 + b)}", f"{i}.25", i) for i in range(50 * b, 50 * b + 20 + 5 * b)]
+    for b in range(len(CHAINS["driver"]) + 2)
+]
+"""Batch 0 is applied before the first kill; the last one after the last."""
 
 
 def unreferenced_parquet(wal: Path, batch_id: int) -> int:
@@ -28,60 +45,48 @@ def unreferenced_parquet(wal: Path, batch_id: int) -> int:
     return len(on_disk - referenced)
 
 
-@pytest.mark.parametrize(
-    ("point", "staging"),
-    [
-        ("stage.during", "executors"),
-        ("stage.before_commit", "executors"),
-        ("stage.after", "executors"),
-        # a small batch's one file written from the driver (wal.driver_stage_rows)
-        ("stage.during", "driver"),
-        ("stage.before_commit", "driver"),
-        ("stage.after", "driver"),
-        ("commit.before_commit", "driver"),
-        ("commit.after_commit", "driver"),
-    ],
-)
-def test_kill_at_protocol_step_then_restart_is_exact(
-    point, staging, db, mariadb, tmp_path
-):
-    db.execute("DROP TABLE IF EXISTS crash_totals")
-    db.execute("DROP TABLE IF EXISTS wal_sink_ack")
-    db.execute("DROP TABLE IF EXISTS wal_sink_lease")
+@pytest.mark.parametrize("staging", CHAINS)
+def test_kill_at_each_protocol_step_then_restart_is_exact(staging, db, tmp_path):
+    table = f"crash_{staging}"
+    for name in (table, "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {name}")
     db.execute(
-        "CREATE TABLE crash_totals (k VARCHAR(32) PRIMARY KEY, "
+        f"CREATE TABLE {table} (k VARCHAR(32) PRIMARY KEY, "
         "amount DECIMAL(14,2), seq BIGINT) ENGINE=InnoDB"
     )
-    expected = write_landing(tmp_path / "landing", CRASH_BATCHES)
+    expected = write_landing(tmp_path / "landing", BATCHES)
     driver_rows = 10_000 if staging == "driver" else 0
     config = write_config(
         tmp_path / "sink.toml",
         db,
-        table="crash_totals",
+        table=table,
         sink_id="crashy",
         wal=f"driver_stage_rows = {driver_rows}",
         job="",
     )
     log = tmp_path / "writer.log"
+    wal = tmp_path / "wal"
 
-    code = run_writer(config, tmp_path / "landing", f"{point}:1", log)
-    assert code == -signal.SIGKILL, log.read_text()[-3000:]
-    acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
-    assert acked == ([0, 1] if point == "commit.after_commit" else [0])
-    if point in ("stage.during", "stage.before_commit"):
-        assert unreferenced_parquet(tmp_path / "wal", 1) > 0, "killed after the commit"
-        assert DeltaTable(str(tmp_path / "wal")).transaction_version("crashy") == 0
+    def acked() -> list[int]:
+        return [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
+
+    for batch, point in enumerate(CHAINS[staging], start=1):
+        code = run_writer(config, tmp_path / "landing", f"{point}:{batch}", log)
+        assert code == -signal.SIGKILL, f"{point}:{batch}\n{log.read_text()[-3000:]}"
+        last = batch if point == "commit.after_commit" else batch - 1
+        assert acked() == list(range(last + 1)), f"killed at {point}:{batch}"
+        if point in ("stage.during", "stage.before_commit"):
+            assert unreferenced_parquet(wal, batch) > 0, f"{point}: after the commit"
+            assert DeltaTable(str(wal)).transaction_version("crashy") == batch - 1
 
     assert run_writer(config, tmp_path / "landing", None, log) == 0, log.read_text()[
         -3000:
     ]
-    totals = dict(db.rows("SELECT k, amount FROM crash_totals"))
+    totals = dict(db.rows(f"SELECT k, amount FROM {table}"))
     assert totals == expected
-    acked = db.rows("SELECT batch_id, row_count FROM wal_sink_ack ORDER BY 1")
-    assert acked == [(0, 40), (1, 50), (2, 30)]
-    assert sum(totals.values()) == sum(
-        Decimal(a) for b in CRASH_BATCHES for _, a, _ in b
-    )
-    # What the crash left never blocked the restart; vacuum removes it.
-    vacuum(str(tmp_path / "wal"), Storage(), 0)
-    assert unreferenced_parquet(tmp_path / "wal", 1) == 0
+    acks = db.rows("SELECT batch_id, row_count FROM wal_sink_ack ORDER BY 1")
+    assert acks == [(b, len(rows)) for b, rows in enumerate(BATCHES)]
+    assert sum(totals.values()) == sum(Decimal(a) for b in BATCHES for _, a, _ in b)
+    # What the crashes left never blocked a restart; vacuum removes it.
+    vacuum(str(wal), Storage(), 0)
+    assert all(unreferenced_parquet(wal, b) == 0 for b in range(len(BATCHES)))
