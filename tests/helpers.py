@@ -342,12 +342,19 @@ def survive_kills_then_drain(
     config: Path, log: Path, feed: Callable[[], None], rounds: int = 2
 ) -> None:
     """While ``feed`` sends data, run the streaming job and SIGKILL it at a random
-    moment, ``rounds`` times; then drain with --available-now."""
+    moment after it applied its first batch, ``rounds`` times; then drain with
+    --available-now. (Waiting for the batch, not a fixed time, spends no test time
+    on a start that is quick and still kills mid-stream when one is slow.)"""
     feeding = threading.Thread(target=feed)
     feeding.start()
     for _ in range(rounds):
+        applied_before = log.read_text().count("applied: rows=") if log.exists() else 0
         job = JobProcess(config, log)
-        time.sleep(rng.uniform(12, 22))
+        deadline = time.monotonic() + 120
+        while job.text().count("applied: rows=") == applied_before:
+            assert job.proc.poll() is None and time.monotonic() < deadline, job.tail()
+            time.sleep(0.2)
+        time.sleep(rng.uniform(0, 3))
         assert job.proc.poll() is None, job.tail()
         job.kill()
     feeding.join()

@@ -50,7 +50,7 @@ options = {{ maxFilesPerTrigger = 2 }}""",
     )
     expected: dict[str, Decimal] = {}
     log = tmp_path / "job.log"
-    survive_kills_then_drain(config, log, lambda: arrive(landing, expected, 60, 0.5))
+    survive_kills_then_drain(config, log, lambda: arrive(landing, expected, 60, 0.35))
     assert totals(db, "file_totals") == expected
     from wal_sink.wal.reader import WalReader
 
@@ -95,7 +95,7 @@ startingOffsets = "earliest", maxOffsetsPerTrigger = 150 }}""",
                 "payments", json.dumps({"k": k, "amount": str(amount)}).encode()
             )
             expected[k] = expected.get(k, Decimal(0)) + amount
-            time.sleep(0.04)
+            time.sleep(0.025)
         producer.flush()
         producer.close()
 

@@ -167,7 +167,7 @@ columns = ["id", "customer_id", "amount"]
             tmp = landing / f".f{i:03d}.tmp"
             tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
             tmp.rename(landing / f"f{i:03d}.json")
-            time.sleep(0.6)
+            time.sleep(0.45)
 
     reader = SnapshotReader(db)
     reader.start()
