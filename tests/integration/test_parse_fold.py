@@ -13,7 +13,12 @@ import pytest
 
 from devtools.spark_job import JobProcess, job_env
 from tests.helpers import fresh_table, landing_config, quarantined_raw, totals
-from wal_sink.config import config_from_dict
+from wal_sink.config import config_from_dict, load_config
+from wal_sink.metrics import SinkMetrics
+from wal_sink.protocol.stop_signal import StopSignal
+from wal_sink.spark import job as job_module
+from wal_sink.spark.foreach_batch_job import ForeachBatchPath
+from wal_sink.spark.job import JobQueries
 from wal_sink.spark.parse_errors import can_fold
 from wal_sink.spark.source import read_source, streaming_frame
 from wal_sink.wal.quarantine import Quarantine
@@ -119,3 +124,31 @@ def test_only_per_row_transforms_fold(spark, tmp_path, transform, job, folds):
     config = config_from_dict(raw, base_dir=tmp_path)
     frame = streaming_frame(spark, config, read_source(spark, config))
     assert can_fold(config, frame) is folds
+
+
+def test_a_parse_error_query_that_cannot_start_leaves_no_query_running(
+    spark, db, tmp_path, monkeypatch
+):
+    """The sink's query starts first; when the parse-error query beside it cannot
+    start, the sink's query is stopped too: the supervisor stops only the queries
+    an attempt returned, and its next attempt would meet this one on the same
+    checkpoint."""
+    fresh_table(db, "side_fails")
+    config = load_config(
+        landing_config(db, tmp_path, "side_fails", 'output_mode = "update"')
+    )
+
+    def cannot_start(config):
+        raise RuntimeError("the parse-error query cannot start")
+
+    monkeypatch.setattr(job_module, "ParseErrorRunner", cannot_start)
+    path = ForeachBatchPath(config, StopSignal(), SinkMetrics(config.sink.id))
+    queries = JobQueries(spark, config, path, available_now=False)
+    try:
+        with pytest.raises(RuntimeError, match="cannot start"):
+            queries.start()
+        assert spark.streams.active == []
+    finally:
+        for query in spark.streams.active:
+            query.stop()
+        path.close()

@@ -129,7 +129,12 @@ def start_queries(
         if folded
         else corrupt_records(read_source(spark, config, PARSE_TRIGGER_FACTOR))
     )
-    if corrupt is not None:
+    if corrupt is None:
+        return queries
+    # The attempt's queries start together or not at all: the supervisor stops the
+    # queries start_queries returned, and a sink query left running would meet the
+    # next attempt's on the same checkpoint.
+    try:
         side_checkpoint = checkpoint.rstrip("/") + PARSE_CHECKPOINT_SUFFIX
         side = ParseErrorRunner(config)
         check_checkpoint(
@@ -150,6 +155,9 @@ def start_queries(
                 PARSE_TRIGGER_FACTOR,
             )
         )
+    except BaseException:
+        queries[0].stop()
+        raise
     return queries
 
 
