@@ -91,3 +91,21 @@ def test_config_schema_describes_every_key():
     assert mysql["ack_table"]["default"] == "wal_sink_ack"
     wal = schema["$defs"]["WalConfig"]["properties"]
     assert "config file's directory" in wal["path"]["description"]
+
+
+def test_a_tables_title_is_printed_whole_on_one_line_at_any_width():
+    """A rich title is folded to the table's width: the path and counts in it would be
+    split across lines, and a grep or a copy of them would miss."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from wal_sink.cli.base import show
+    from wal_sink.cli.render import entries_table
+
+    path = "/data/[prod]/" + "a-long-directory-name/" * 5 + "wal_quarantine"
+    printed = StringIO()
+    show(entries_table(path, [], 0), Console(file=printed, width=40))
+    lines = printed.getvalue().splitlines()
+    assert lines[0] == f"quarantine {path}: 0 entries, showing 0"
+    assert lines[1].startswith("┏")  # the table follows, without its title

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
+from rich.table import Table as RichTable
+from rich.text import Text
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, load_config
@@ -24,6 +26,16 @@ if TYPE_CHECKING:
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
+
+
+def show(table: RichTable, console: Console = out) -> None:
+    """Print a table with its title on a line of its own that is never wrapped: as a
+    rich title it would be folded to the table's width, and a path or a count in it
+    split across lines, which a reader's grep or copy then misses."""
+    title, table.title = table.title, None
+    if title:
+        console.print(Text(str(title)), soft_wrap=True)
+    console.print(table)
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

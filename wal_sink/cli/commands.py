@@ -14,7 +14,7 @@ import logging
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from wal_sink.cli.base import err, out
+from wal_sink.cli.base import err, out, show
 from wal_sink.cli.base import fail as _fail
 from wal_sink.cli.base import one_line_errors as _one_line_errors
 from wal_sink.cli.base import open_sink as _instance
@@ -122,7 +122,7 @@ def status(
     if as_json:
         click.echo(json.dumps(st.to_json(), sort_keys=True, indent=2))
         return
-    out.print(status_table(st))
+    show(status_table(st))
     if not st.ack_tables_exist:
         err.print("note: the ack and lease tables do not exist yet; run init-db")
 
@@ -263,7 +263,7 @@ def inspect(
     with _instance(ctx) as sink:
         if quarantine:
             entries = sink.quarantine.read(limit, batch_id)
-            out.print(quarantine_table(sink.config.quarantine_path, entries))
+            show(quarantine_table(sink.config.quarantine_path, entries))
             return
         batch = sink.wal.staged_batch(batch_id)
         if batch is None:
@@ -279,7 +279,7 @@ def inspect(
                 {"(table)": tables.get(r.get(mysql.route_column), "(none)"), **r}
                 for r in rows
             ]
-    out.print(rows_table(batch, rows))
+    show(rows_table(batch, rows))
 
 
 @main.command("quarantine-batch")

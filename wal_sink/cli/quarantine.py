@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from wal_sink.cli.base import err, fail, one_line_errors, open_sink, out
+from wal_sink.cli.base import err, fail, one_line_errors, open_sink, out, show
 from wal_sink.cli.render import entries_table, ids
 from wal_sink.exit_status import FAILED, USAGE
 
@@ -80,7 +80,7 @@ def list_command(
     if as_json:
         click.echo(json.dumps([e.to_json() for e in shown], indent=2, sort_keys=True))
         return
-    out.print(entries_table(where, shown, len(listed), several))
+    show(entries_table(where, shown, len(listed), several))
 
 
 @quarantine.command()
