@@ -338,6 +338,19 @@ def crashed_attempt(spark, writer, batch_id, monkeypatch, wal: Path) -> set[Path
 
 
 # The spark-submit job, and the writer the crash tests kill.
+def started_until_applied(config: Path, log: Path, timeout: float = 180) -> JobProcess:
+    """A streaming job run, returned once it has applied a batch of its own: its
+    recovery is done and it is past its start (a "batch N applied: rows=" line in
+    the log after the point the run began)."""
+    offset = log.stat().st_size if log.exists() else 0
+    job = JobProcess(config, log)
+    deadline = time.monotonic() + timeout
+    while b"applied: rows=" not in log.read_bytes()[offset:]:
+        assert job.proc.poll() is None and time.monotonic() < deadline, job.tail()
+        time.sleep(0.2)
+    return job
+
+
 def survive_kills_then_drain(
     config: Path, log: Path, feed: Callable[[], None], rounds: int = 2
 ) -> None:
@@ -348,12 +361,7 @@ def survive_kills_then_drain(
     feeding = threading.Thread(target=feed)
     feeding.start()
     for _ in range(rounds):
-        applied_before = log.read_text().count("applied: rows=") if log.exists() else 0
-        job = JobProcess(config, log)
-        deadline = time.monotonic() + 120
-        while job.text().count("applied: rows=") == applied_before:
-            assert job.proc.poll() is None and time.monotonic() < deadline, job.tail()
-            time.sleep(0.2)
+        job = started_until_applied(config, log)
         time.sleep(rng.uniform(0, 3))
         assert job.proc.poll() is None, job.tail()
         job.kill()

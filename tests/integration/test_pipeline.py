@@ -25,6 +25,7 @@ from tests.helpers import (
     labelled_table,
     landing_files,
     rng,
+    started_until_applied,
     totals,
 )
 
@@ -56,17 +57,6 @@ def staged_and_acked(db, tmp_path: Path, sink_id: str) -> tuple[int, int]:
     except pymysql.err.ProgrammingError:  # the job has not created it yet
         acked = -1
     return (-1 if staged is None else staged), acked
-
-
-def started(config: Path, log: Path) -> JobProcess:
-    """A job run that has recovered and applied a batch of its own."""
-    offset = log.stat().st_size if log.exists() else 0
-    job = JobProcess(config, log)
-    deadline = time.monotonic() + 180
-    while " applied: " not in log.read_text(errors="replace")[offset:]:
-        assert time.monotonic() < deadline and job.proc.poll() is None, job.tail()
-        time.sleep(0.3)
-    return job
 
 
 def wait_for_backlog(db, tmp_path, sink_id, job, backlog: int, timeout=180) -> None:
@@ -143,7 +133,7 @@ def test_killed_with_a_backlog_restarts_exact_and_in_batch_order(db, tmp_path):
         thread.start()
     try:
         for _ in range(2):
-            job = started(config, log)
+            job = started_until_applied(config, log)
             wait_for_backlog(db, tmp_path, "ordered", job, backlog=rng.randint(2, 4))
             time.sleep(rng.uniform(0, 1.5))
             job.kill()
@@ -181,7 +171,7 @@ def test_mysql_down_for_half_a_minute_does_not_stop_the_job(db, mariadb, tmp_pat
     )
     expected = landing_files(tmp_path / "landing", 2)
     log = tmp_path / "job.log"
-    job = started(config, log)
+    job = started_until_applied(config, log)
     feeding = threading.Event()
 
     def feed() -> None:
@@ -225,7 +215,7 @@ def test_terminal_commit_error_stops_the_job_with_its_message(db, tmp_path):
     landing_files(tmp_path / "landing", 3)
     config = config_for(db, tmp_path, "doomed")
     log = tmp_path / "job.log"
-    job = started(config, log)
+    job = started_until_applied(config, log)
     while "batch 2 applied" not in log.read_text(errors="replace"):
         assert job.proc.poll() is None, job.tail()
         time.sleep(0.3)
@@ -245,7 +235,7 @@ def test_sigterm_applies_the_backlog_and_a_second_one_leaves_it_staged(db, tmp_p
     )
     log = tmp_path / "job.log"
     # Two SIGTERMs with MySQL stuck: the job stops at once, the backlog stays staged.
-    job = started(config, log)
+    job = started_until_applied(config, log)
     with k0_locked(db, "stopped"):
         wait_for_backlog(db, tmp_path, "stopped", job, backlog=3)
         os.killpg(job.proc.pid, signal.SIGTERM)
@@ -259,7 +249,7 @@ def test_sigterm_applies_the_backlog_and_a_second_one_leaves_it_staged(db, tmp_p
     assert "not yet applied; the next start applies them" in job.text()
     # One SIGTERM: once MySQL moves again the committer applies the backlog, exit 0.
     offset = log.stat().st_size
-    job = started(config, log)
+    job = started_until_applied(config, log)
     with k0_locked(db, "stopped"):
         wait_for_backlog(db, tmp_path, "stopped", job, backlog=3)
         os.killpg(job.proc.pid, signal.SIGTERM)
