@@ -70,8 +70,13 @@ docs: venv
 demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m devtools.demo
 
+# Two workers, each with its own MariaDB (and SparkSession, Kafka broker when its
+# tests need them): most of a test's time is a JVM starting or a job waiting for
+# data, so two share two cores well. A file runs whole on one worker (its database
+# and servers are the module's), in the order pytest collects them.
+TEST_WORKERS ?= 2
 test: setup lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-unit: venv
 	$(PY) -m pytest tests/unit

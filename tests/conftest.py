@@ -1,6 +1,7 @@
-"""Shared fixtures: one private MariaDB and one SparkSession per test session, a fresh
-database per test module, and a factory for sink configs. Helpers that are not
-fixtures are in helpers.py."""
+"""Shared fixtures: one private MariaDB and one SparkSession per test session (per
+worker: `make test` runs two, and a module runs whole on one), a fresh database per
+test module, and a factory for sink configs. Helpers that are not fixtures are in
+helpers.py."""
 
 from __future__ import annotations
 
