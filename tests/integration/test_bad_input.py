@@ -189,3 +189,38 @@ def test_source_options_env_reaches_the_spark_reader(spark, monkeypatch):
         read_source(spark, config)
     monkeypatch.setenv("TEST_RATE", "7")
     assert read_source(spark, config).isStreaming
+
+
+NO_SCHEMA = "source.schema is required for format 'parquet'"
+
+
+def test_a_parquet_source_without_a_schema_is_refused_at_start(db, tmp_path):
+    """Spark cannot start a streaming Parquet source without its schema: the job
+    failed at each attempt, then gave up with exit 1, as for an outage."""
+    (tmp_path / "landing").mkdir()
+    parquet = '[source]\nformat = "parquet"\npath = "landing"'
+    job = JobProcess(edited(good(db, tmp_path), SOURCE, parquet), tmp_path / "job.log")
+    assert job.wait(timeout=300) == 2, job.tail()
+    errors = [line for line in job.text().splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and NO_SCHEMA in errors[0], job.tail()
+    assert "Traceback" not in job.text()
+
+
+def test_spark_infers_a_parquet_sources_schema_when_told_to(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from wal_sink.config import config_from_dict
+    from wal_sink.errors import ConfigError
+    from wal_sink.spark.source import SCHEMA_INFERENCE, read_source
+
+    pq.write_table(pa.table({"k": ["a"], "n": [1]}), tmp_path / "part-0.parquet")
+    source = {"format": "parquet", "path": str(tmp_path)}
+    config = config_from_dict(config_dict(source=source))
+    with pytest.raises(ConfigError, match=NO_SCHEMA):
+        read_source(spark, config)
+    spark.conf.set(SCHEMA_INFERENCE, "true")
+    try:
+        assert read_source(spark, config).columns == ["k", "n"]
+    finally:
+        spark.conf.unset(SCHEMA_INFERENCE)

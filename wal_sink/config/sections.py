@@ -66,7 +66,8 @@ class SourceConfig:
     """Landing directory for file formats; a relative path is taken from the config
     file's directory."""
     schema: Text | None = None
-    """Spark DDL schema of the records (file formats; kafka's JSON value)."""
+    """Spark DDL schema of the records (file formats; kafka's JSON value). Required,
+    except for parquet when job.spark_conf sets spark.sql.streaming.schemaInference."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Passed unchanged to the Spark reader (maxFilesPerTrigger, subscribe, ...);
     never a secret: see options_env."""

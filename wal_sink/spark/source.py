@@ -24,6 +24,7 @@ CORRUPT_COLUMN = "_wal_corrupt"
 PARSED_FORMATS = ("kafka", "json", "csv")
 PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
 RATE_LIMIT = re.compile(r"max\w*PerTrigger", re.IGNORECASE)
+SCHEMA_INFERENCE = "spark.sql.streaming.schemaInference"
 TOPIC = "topic"
 """Kafka's topic of each record: with several tables it reaches the transform (as
 ``topic``, unless the value has a field of that name), so a topic per table
@@ -57,12 +58,24 @@ def read_source(spark: SparkSession, config: Config, rate_scale: int = 1) -> Dat
         return rows
     if src.format == "rate":
         return reader.format("rate").load()
+    if not schema and not infers_schema(spark):
+        raise ConfigError(
+            f"source.schema is required for format {src.format!r}: Spark infers a "
+            "streaming source's schema only with job.spark_conf "
+            '{ "spark.sql.streaming.schemaInference" = "true" }'
+        )
     reader = reader.format(src.format)
     if src.format in PARSED_FORMATS:
         reader = reader.options(**PERMISSIVE)  # after the user's: nothing is dropped
     if schema:
         reader = reader.schema(schema)
     return reader.load(src.path)
+
+
+def infers_schema(spark: SparkSession) -> bool:
+    """Whether Spark infers the schema of a streaming file source (off by default;
+    without it and without a schema, the query fails at each attempt)."""
+    return spark.conf.get(SCHEMA_INFERENCE, "false").strip().lower() == "true"
 
 
 def scaled_rate_limits(options: dict[str, object], scale: int) -> dict[str, str]:
