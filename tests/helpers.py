@@ -226,10 +226,18 @@ options = {{ maxFilesPerTrigger = 1 }}""",
     )
 
 
-def arrive(landing: Path, expected: dict[str, Decimal], files: int, pause: float):
-    """Write ``files`` JSON files of random amounts into ``landing``, each appearing
-    whole (as sources should), and add them up in ``expected``."""
-    for i in range(files):
+def arrive(
+    landing: Path,
+    expected: dict[str, Decimal],
+    files: int,
+    pause: float,
+    until: threading.Event,
+) -> None:
+    """Write JSON files of random amounts into ``landing``, each appearing whole (as
+    sources should), ``files`` of them and on until ``until`` is set; add them up in
+    ``expected``."""
+    i = 0
+    while i < files or not until.is_set():
         rows = [
             (f"k{rng.randrange(8)}", Decimal(rng.randrange(1, 10_000)) / 100)
             for _ in range(rng.randrange(1, 30))
@@ -242,6 +250,7 @@ def arrive(landing: Path, expected: dict[str, Decimal], files: int, pause: float
         for k, a in rows:
             expected[k] = expected.get(k, Decimal(0)) + a
         time.sleep(pause)
+        i += 1
 
 
 def landing_files(landing: Path, count: int, first: int = 0) -> dict[str, Decimal]:
@@ -338,6 +347,24 @@ def crashed_attempt(spark, writer, batch_id, monkeypatch, wal: Path) -> set[Path
 
 
 # The spark-submit job, and the writer the crash tests kill.
+def wait_for_lock_waits(
+    db, count: int = 1, timeout: float = 120, detail: Callable[[], Any] = str
+) -> None:
+    """Until ``count`` transactions wait for a lock (InnoDB's LOCK WAIT): a
+    committer or a command is blocked behind a lock the test holds, instead of a
+    sleep that guesses when it will be. ``detail()`` goes into the failure."""
+    deadline = time.monotonic() + timeout
+    while (
+        db.rows(
+            "SELECT COUNT(*) FROM information_schema.innodb_trx "
+            "WHERE trx_state = 'LOCK WAIT'"
+        )[0][0]
+        < count
+    ):
+        assert time.monotonic() < deadline, detail()
+        time.sleep(0.1)
+
+
 def started_until_applied(config: Path, log: Path, timeout: float = 180) -> JobProcess:
     """A streaming job run, returned once it has applied a batch of its own: its
     recovery is done and it is past its start (a "batch N applied: rows=" line in
@@ -352,19 +379,29 @@ def started_until_applied(config: Path, log: Path, timeout: float = 180) -> JobP
 
 
 def survive_kills_then_drain(
-    config: Path, log: Path, feed: Callable[[], None], rounds: int = 2
+    config: Path,
+    log: Path,
+    feed: Callable[[threading.Event], None],
+    rounds: int = 2,
 ) -> None:
     """While ``feed`` sends data, run the streaming job and SIGKILL it at a random
     moment after it applied its first batch, ``rounds`` times; then drain with
-    --available-now. (Waiting for the batch, not a fixed time, spends no test time
-    on a start that is quick and still kills mid-stream when one is slow.)"""
-    feeding = threading.Thread(target=feed)
+    --available-now. ``feed`` sends its own minimum and goes on until the event it
+    is given is set, after the last kill: every kill lands while data arrives, however
+    slow the starts. (Waiting for the batch, not a fixed time, spends no test time on
+    a start that is quick.)"""
+    killed = threading.Event()
+    feeding = threading.Thread(target=feed, args=(killed,))
     feeding.start()
-    for _ in range(rounds):
-        job = started_until_applied(config, log)
-        time.sleep(rng.uniform(0, 3))
-        assert job.proc.poll() is None, job.tail()
-        job.kill()
+    try:
+        for _ in range(rounds):
+            job = started_until_applied(config, log)
+            time.sleep(rng.uniform(0, 3))
+            assert job.proc.poll() is None, job.tail()
+            assert feeding.is_alive(), "data stopped arriving before the kill"
+            job.kill()
+    finally:
+        killed.set()
     feeding.join()
     drain = JobProcess(config, log, "--available-now")
     assert drain.wait() == 0, drain.tail()

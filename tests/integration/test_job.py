@@ -50,7 +50,9 @@ options = {{ maxFilesPerTrigger = 2 }}""",
     )
     expected: dict[str, Decimal] = {}
     log = tmp_path / "job.log"
-    survive_kills_then_drain(config, log, lambda: arrive(landing, expected, 60, 0.35))
+    survive_kills_then_drain(
+        config, log, lambda killed: arrive(landing, expected, 60, 0.35, killed)
+    )
     assert totals(db, "file_totals") == expected
     from wal_sink.wal.reader import WalReader
 
@@ -83,9 +85,10 @@ startingOffsets = "earliest", maxOffsetsPerTrigger = 150 }}""",
     expected: dict[str, Decimal] = {}
     garbage: list[str] = []
 
-    def produce() -> None:
+    def produce(killed: threading.Event) -> None:
         producer = kafka.producer()
-        for i in range(900):
+        i = -1
+        while (i := i + 1) < 900 or not killed.is_set():
             if i % 100 == 50:  # unparseable: must reach the quarantine, once
                 garbage.append(f"garbage #{i} {{")
                 producer.send("payments", garbage[-1].encode())

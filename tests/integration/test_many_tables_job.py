@@ -143,9 +143,10 @@ columns = ["id", "customer_id", "amount"]
     )
     expected: dict[int, Decimal] = {}
 
-    def arrive() -> None:
+    def arrive(killed: threading.Event) -> None:
         order = 0
-        for i in range(45):
+        i = -1
+        while (i := i + 1) < 45 or not killed.is_set():
             lines = []
             for _ in range(rng.randrange(1, 12)):
                 order += 1
@@ -230,7 +231,7 @@ version_column = "seq"
     customers: dict[int, str | None] = {}
     orders: dict[int, tuple[int, Decimal] | None] = {}
 
-    def produce() -> None:
+    def produce(killed: threading.Event) -> None:
         producer = kafka.producer()
         seq = 0
 
@@ -241,7 +242,8 @@ version_column = "seq"
             producer.send(topics[table], json.dumps(event).encode())
             producer.flush()  # a parent is readable before its child is sent
 
-        for i in range(1, 61):
+        i = 0
+        while (i := i + 1) <= 60 or not killed.is_set():
             c = rng.randrange(1, 6)
             if c not in customers or customers[c] is None:
                 after = {"id": c, "name": f"c{c}-{i}"}

@@ -71,7 +71,9 @@ def test_job_killed_while_staging_to_s3_lands_exactly_once(db, s3, bucket, tmp_p
     )
     expected: dict[str, Decimal] = {}
     log = tmp_path / "job.log"
-    survive_kills_then_drain(config, log, lambda: arrive(landing, expected, 50, 0.35))
+    survive_kills_then_drain(
+        config, log, lambda killed: arrive(landing, expected, 50, 0.35, killed)
+    )
     assert totals(db, "s3_totals") == expected
     staged = WalReader(wal, storage=s3_storage(s3)).staged_batches()
     assert staged and set(staged) <= set(acked_ids(db))
