@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
@@ -23,6 +22,7 @@ from tests.helpers import (
     ADD_AMOUNT,
     LANDING_SCHEMA,
     FollowerThread,
+    wait_for_lock_waits,
     write_config,
     write_landing,
 )
@@ -264,7 +264,7 @@ def test_a_draining_follower_applies_every_staged_batch_and_stop_now_leaves_them
             assert follower.follower.following.wait(60), "past its start-up"
             for batch_id in range(first, first + 3):
                 stage(batch_id)
-            time.sleep(1)  # the follower is blocked applying the first
+            wait_for_lock_waits(db)  # the follower is blocked applying the first
             if now:
                 follower.follower.stop_now()
                 follower.thread.join(10)  # it returns without waiting for MySQL
@@ -274,8 +274,8 @@ def test_a_draining_follower_applies_every_staged_batch_and_stop_now_leaves_them
             lock.rollback()
         follower.thread.join(60)
         assert not follower.thread.is_alive() and follower.failure is None
-        time.sleep(1)  # the transaction under way when it stopped commits
-        follower.follower.instance.close()
+        # the transaction under way when it stopped commits first
+        assert follower.follower.instance.close(timeout=30)
     acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
     assert acked == [0, 1, 2, 3], "drained: 0..2; stopped at once: 3 only"
     assert target() == {"a": Decimal(4)}
@@ -320,7 +320,7 @@ def test_close_releases_nothing_under_a_committer_still_in_its_transaction(
     config = ds_config(tmp_path / "close.toml", db, "close")
     with follower_behind_a_row_lock(db, config) as (follower, lock):
         stage_one_to_a(load_config(config), "close", 0)
-        time.sleep(1)  # the committer is blocked applying batch 0
+        wait_for_lock_waits(db)  # the committer is blocked applying batch 0
         follower.follower.stop_now()
         follower.thread.join(10)
         assert not follower.thread.is_alive() and follower.failure is None
@@ -356,7 +356,7 @@ def test_a_stop_while_draining_gives_up_after_the_stop_timeout(db, target, tmp_p
         for batch_id in (0, 1):
             stage_one_to_a(sink, "sigdrain", batch_id)
         follower.follower.stop(drain=True)
-        time.sleep(1)  # draining, blocked applying batch 0
+        wait_for_lock_waits(db)  # draining, blocked applying batch 0
         follower.follower.stop()
         follower.thread.join(20)  # within the stop timeout, MySQL still blocked
         assert not follower.thread.is_alive() and follower.failure is None

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
-from tests.helpers import ADD_AMOUNT, WAL_SINK, cli, write_config
+from tests.helpers import (
+    ADD_AMOUNT,
+    WAL_SINK,
+    cli,
+    wait_for_lock_waits,
+    write_config,
+)
 from wal_sink.config import load_config
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.staging import stage
@@ -112,10 +117,7 @@ def test_two_retries_at_once_apply_each_entry_once(spark, db, tmp_path):
             )
             for _ in range(2)
         ]
-        deadline = time.monotonic() + 120
-        while _waiting_on_the_lease(db) < 2:
-            assert time.monotonic() < deadline, [p.poll() for p in procs]
-            time.sleep(0.2)
+        wait_for_lock_waits(db, 2, detail=lambda: [p.poll() for p in procs])
         holder.commit()
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
@@ -140,13 +142,6 @@ def test_two_retries_at_once_apply_each_entry_once(spark, db, tmp_path):
     assert r.returncode == 0 and "retrying 0 open record(s)" in r.stdout, r.stdout
     assert "40 selected record(s) were retried before" in r.stdout
     assert items(db) == expected
-
-
-def _waiting_on_the_lease(db) -> int:
-    return db.rows(
-        "SELECT COUNT(*) FROM information_schema.innodb_trx "
-        "WHERE trx_state = 'LOCK WAIT'"
-    )[0][0]
 
 
 def test_a_lost_commit_reply_is_read_back_not_applied_again(spark, db, tmp_path):
