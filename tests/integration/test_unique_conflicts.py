@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from devtools.spark_job import JobProcess
-from tests.helpers import cli, settle
+from tests.helpers import cli, settle, wait_for_lock_waits
 from wal_sink import WalSink
 from wal_sink.errors import ConfigError
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -152,16 +151,22 @@ def test_a_concurrent_writer_cannot_slip_in(spark, db, users, make_config):
     with other.cursor() as cur:
         cur.execute("BEGIN")
         cur.execute("INSERT INTO users VALUES (50, 'eve@x', 100)")
-    committed = threading.Timer(3, other.commit)
+    seen: list[str] = []
+
+    def commit_once_the_batch_waits() -> None:
+        wait_for_lock_waits(db)  # the batch's INSERT, behind the uncommitted e-mail
+        seen.append("the batch waited")
+        other.commit()
+
+    committed = threading.Thread(target=commit_once_the_batch_waits)
     committed.start()
-    started = time.monotonic()
     df = spark.createDataFrame(
         [(13, "eve@x", Decimal(1)), (14, "fay@x", Decimal(2))], SCHEMA
     )
     sink.foreach_batch(df.coalesce(1), 0)
     settle(sink)
-    assert time.monotonic() - started > 2.5, "the batch waited for the other commit"
     committed.join()
+    assert seen == ["the batch waited"]
     other.close()
     sink.close()
     got = users()
