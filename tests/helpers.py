@@ -168,6 +168,27 @@ def labelled_table(db, name: str) -> None:
     )
 
 
+def wait_for_lock_waits(
+    db,
+    count: int = 1,
+    timeout: float = 120,
+    detail: Callable[[], Any] = lambda: "too few transactions came to wait for a lock",
+) -> None:
+    """Until ``count`` transactions wait for a lock (InnoDB's LOCK WAIT): a
+    committer or a command is blocked behind a lock the test holds, instead of a
+    sleep that guesses when it will be. ``detail()`` goes into the failure."""
+    deadline = time.monotonic() + timeout
+    while (
+        db.rows(
+            "SELECT COUNT(*) FROM information_schema.innodb_trx "
+            "WHERE trx_state = 'LOCK WAIT'"
+        )[0][0]
+        < count
+    ):
+        assert time.monotonic() < deadline, detail()
+        time.sleep(0.1)
+
+
 # Landing files, and the streams and jobs that read them.
 LANDING_SCHEMA = "k STRING, amount DECIMAL(12,2), seq BIGINT"
 
@@ -231,13 +252,13 @@ def arrive(
     expected: dict[str, Decimal],
     files: int,
     pause: float,
-    until: threading.Event,
+    until: threading.Event | None = None,
 ) -> None:
     """Write JSON files of random amounts into ``landing``, each appearing whole (as
-    sources should), ``files`` of them and on until ``until`` is set; add them up in
-    ``expected``."""
+    sources should), ``files`` of them (and on until ``until`` is set, if given); add
+    them up in ``expected``."""
     i = 0
-    while i < files or not until.is_set():
+    while i < files or (until is not None and not until.is_set()):
         rows = [
             (f"k{rng.randrange(8)}", Decimal(rng.randrange(1, 10_000)) / 100)
             for _ in range(rng.randrange(1, 30))
@@ -347,24 +368,6 @@ def crashed_attempt(spark, writer, batch_id, monkeypatch, wal: Path) -> set[Path
 
 
 # The spark-submit job, and the writer the crash tests kill.
-def wait_for_lock_waits(
-    db, count: int = 1, timeout: float = 120, detail: Callable[[], Any] = str
-) -> None:
-    """Until ``count`` transactions wait for a lock (InnoDB's LOCK WAIT): a
-    committer or a command is blocked behind a lock the test holds, instead of a
-    sleep that guesses when it will be. ``detail()`` goes into the failure."""
-    deadline = time.monotonic() + timeout
-    while (
-        db.rows(
-            "SELECT COUNT(*) FROM information_schema.innodb_trx "
-            "WHERE trx_state = 'LOCK WAIT'"
-        )[0][0]
-        < count
-    ):
-        assert time.monotonic() < deadline, detail()
-        time.sleep(0.1)
-
-
 def started_until_applied(config: Path, log: Path, timeout: float = 180) -> JobProcess:
     """A streaming job run, returned once it has applied a batch of its own: its
     recovery is done and it is past its start (a "batch N applied: rows=" line in
