@@ -241,6 +241,43 @@ def test_a_null_for_a_timestamp_not_null_is_set_aside_never_now(
     assert [r[0] for r in db.rows("SELECT quarantined FROM wal_sink_ack")] == [0, 1, 0]
 
 
+def test_a_stale_upsert_with_a_null_timestamp_is_skipped_not_set_aside(
+    db, fresh, config
+):
+    """With CDC and a version column, staleness is judged before values (stale
+    history is not bad data): an upsert a tombstone makes stale is skipped even
+    when its NULL for a TIMESTAMP NOT NULL column could not be stored. Set aside,
+    it would stay open for good, and keep its key's tombstone from purge."""
+    fresh(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, label VARCHAR(8), seq BIGINT, "
+        "v TIMESTAMP(6) NOT NULL DEFAULT '2000-01-01')"
+    )
+    cdc = {"op_column": "op", "order_by": "seq"}
+    schema = pa.schema(
+        [
+            ("k", I64),
+            ("label", pa.string()),
+            ("seq", I64),
+            ("v", TS),
+            ("op", pa.string()),
+        ]
+    )
+    at = pa.scalar(int(1.1e15), TS).as_py()
+    apply(
+        config("t", ["k"], version_column="v", cdc=cdc),
+        schema,
+        [
+            {"k": 1, "label": "new", "seq": 0, "v": None, "op": "I"},
+            {"k": 1, "label": None, "seq": 1, "v": at, "op": "D"},
+            {"k": 1, "label": "stale", "seq": 2, "v": None, "op": "I"},
+        ],
+        [{"k": 1, "label": "stale", "seq": 0, "v": None, "op": "U"}],
+    )
+    assert db.rows("SELECT * FROM t") == []
+    counts = "SELECT deleted_count, quarantined, skipped_count FROM wal_sink_ack"
+    assert db.rows(counts + " ORDER BY batch_id") == [(1, 1, 1), (0, 0, 1)]
+
+
 # -- columns and triggers no statement can repair ------------------------------
 
 

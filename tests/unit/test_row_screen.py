@@ -114,3 +114,42 @@ def test_nested_values_holding_text_that_is_not_utf8_are_found():
     converted, bad = as_json_text(chunk)
     assert list(bad) == [1] and "column(s) tags" in bad[1]
     assert converted.column("tags").to_pylist() == ['["ok"]', None]
+
+
+def test_a_null_timestamp_of_versioned_cdc_is_left_to_the_stale_check():
+    """With ``defer_null_now`` a NULL for a TIMESTAMP NOT NULL column is marked late
+    at its row's place in the screened chunk, not set aside; without it, set aside."""
+    from sqlalchemy import BIGINT, Column, MetaData, String, Table
+    from sqlalchemy.dialects.mysql import TIMESTAMP
+
+    from tests.helpers import config_dict
+    from wal_sink.config import config_from_dict
+    from wal_sink.protocol.screen import Screen
+
+    table = Table(
+        "t",
+        MetaData(),
+        Column("k", BIGINT, primary_key=True),
+        Column("note", String(8)),
+        Column("v", TIMESTAMP(fsp=6), nullable=False),
+    )
+    config = config_from_dict(config_dict(cdc={"op_column": "op", "order_by": "k"}))
+    at = datetime(2001, 1, 1, tzinfo=timezone.utc)
+    chunk = pa.RecordBatch.from_arrays(
+        [
+            pa.array([1, 2, 3, 4], pa.int64()),
+            _strings([b"\xff", b"a", b"b", b"c"]),
+            pa.array([None, None, None, at], pa.timestamp("us", tz="UTC")),
+            pa.array(["I", "I", "D", "I"]),
+        ],
+        names=["k", "note", "v", "op"],
+    )
+    deferred = Screen(config, ("k",), table, 1 << 24, defer_null_now=True)(chunk)
+    assert [e.record["k"] for e in deferred.set_aside] == [1], "not UTF-8"
+    assert deferred.chunk.column("k").to_pylist() == [2, 3, 4]
+    assert list(deferred.late) == [0], "row k=2, first of the screened chunk"
+    assert deferred.late[0].record["k"] == 2
+    assert "NULL in TIMESTAMP NOT NULL column(s) v" in deferred.late[0].reason
+    at_once = Screen(config, ("k",), table, 1 << 24)(chunk)
+    assert [e.record["k"] for e in at_once.set_aside] == [1, 2], "k=3 deletes"
+    assert at_once.late == {}

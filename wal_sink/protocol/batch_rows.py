@@ -122,8 +122,13 @@ class RowApplier:
             chunk = screened.chunk
             bad.extend(screened.set_aside)
             found = self._statements(conn, chunk.schema, stream)
+            late = screened.late
             applied = self.paths.apply(
-                conn, chunk, found, ahead, lambda: self._row_by_row(conn, found, chunk)
+                conn,
+                chunk,
+                found,
+                ahead,
+                lambda: self._row_by_row(conn, found, chunk, late),
             )
             rows += applied.upserted
             deleted += applied.deleted
@@ -135,12 +140,17 @@ class RowApplier:
         return AppliedRows(rows, deleted, skipped, bad)
 
     def _row_by_row(
-        self, conn: Connection, found: _Statements, chunk: pa.RecordBatch
+        self,
+        conn: Connection,
+        found: _Statements,
+        chunk: pa.RecordBatch,
+        late: dict[int, Entry],
     ) -> AppliedRows:
-        """The chunk row by row, value by value: the last way down."""
+        """The chunk row by row, value by value: the last way down. ``late``: rows
+        (by index) the screen left to set aside unless they are stale."""
         rows = deleted = skipped = 0
         bad: list[Entry] = []
-        for piece, stale, invalid in self._pieces(conn, found, chunk):
+        for piece, stale, invalid in self._pieces(conn, found, chunk, late):
             skipped += stale
             bad += invalid
             upserted, removed = self._apply_rows(conn, found, piece, bad)
@@ -149,18 +159,26 @@ class RowApplier:
         return AppliedRows(rows, deleted, skipped, bad)
 
     def _pieces(
-        self, conn: Connection, found: _Statements, chunk: pa.RecordBatch
+        self,
+        conn: Connection,
+        found: _Statements,
+        chunk: pa.RecordBatch,
+        late: dict[int, Entry],
     ) -> Iterator[tuple[list[dict[str, Any]], int, list[Entry]]]:
         """The chunk's rows as Python values, with how many were dropped as stale and
         the rows set aside doing so: whole, or with versioned CDC in pieces of one
-        tombstone read each (each read once the piece before it is applied)."""
+        tombstone read each (each read once the piece before it is applied). The
+        ``late`` rows are set aside where they are not stale."""
         values = python_rows(chunk)
+        held = {id(values[i]): entry for i, entry in late.items()}
         if found.versioned is None:
-            yield values, 0, []
-        else:
-            yield from found.versioned.pieces(
-                conn, values, cut_after_deletes=found.deletes_may_fail
-            )
+            yield [v for v in values if id(v) not in held], 0, list(held.values())
+            return
+        for kept, stale, invalid in found.versioned.pieces(
+            conn, values, cut_after_deletes=found.deletes_may_fail
+        ):
+            judged = [held[id(r)] for r in kept if id(r) in held]
+            yield [r for r in kept if id(r) not in held], stale, invalid + judged
 
     def _apply_rows(
         self,
@@ -179,6 +197,9 @@ class RowApplier:
             cdc.delete_values if cdc else (),
         ):
             before = len(bad)
+            # a delete's row by its statement's parameters (key and version): a
+            # delete set aside keeps its row whole, as an upsert does
+            whole: dict[int, dict[str, Any]] = {}
             run = drop_null_keys(run, mysql.key, bad)
             if is_delete:
                 by = mysql.key
@@ -186,6 +207,7 @@ class RowApplier:
                     by = (*by, found.versioned.version)
                 params = [{k: r[k] for k in by} for r in run]
                 ops.update({id(p): ops[id(r)] for p, r in zip(params, run)})
+                whole.update({id(p): r for p, r in zip(params, run)})
                 params = drop_non_finite(params, bad)
                 refused_before = len(bad)
                 deleted += isolating(conn, found.delete, params, bad)
@@ -215,7 +237,10 @@ class RowApplier:
                 run_op = cdc.delete_values[0] if is_delete else None
                 bad[before:] = [
                     Entry(
-                        {**e.record, cdc.op_column: ops.get(id(e.record), run_op)},
+                        {
+                            **whole.get(id(e.record), e.record),
+                            cdc.op_column: ops.get(id(e.record), run_op),
+                        },
                         e.reason,
                     )
                     for e in bad[before:]
@@ -227,7 +252,11 @@ class RowApplier:
         if self._screen is None:
             packet = conn.execute(text("SELECT @@max_allowed_packet")).scalar_one()
             self._screen = Screen(
-                self.config, self.mysql.key, self.target(), int(packet)
+                self.config,
+                self.mysql.key,
+                self.target(),
+                int(packet),
+                defer_null_now=self.versioned is not None,
             )
         return self._screen
 

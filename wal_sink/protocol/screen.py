@@ -7,11 +7,18 @@ UTF-8, upserts with a NULL for a ``TIMESTAMP NOT NULL`` column (MySQL would stor
 the current time), and rows whose statement would exceed the server's
 ``max_allowed_packet``, go to the quarantine with their reason. The rest keep their
 staged order.
+
+With CDC and a version column (``defer_null_now``), an upsert's NULL for a
+``TIMESTAMP NOT NULL`` column is judged after staleness instead: the row stays in
+the chunk, marked ``late``, and the row path sets it aside only if no tombstone
+makes it stale (versioned_cdc.py): stale history is skipped before its values are
+judged, or it would sit in the quarantine for good, holding its key's tombstone
+against purge. CDC chunks always go row by row, so no marked row is ever sent.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,18 +45,26 @@ class Screened:
     set_aside: list[Entry]
     read: int
     """Rows the chunk had before screening, for progress."""
+    late: dict[int, Entry] = field(default_factory=dict)
+    """Rows of ``chunk`` (by index) to set aside unless they are stale."""
 
 
 class Screen:
     """Screens the chunks of one sink's batches against one server."""
 
     def __init__(
-        self, config: Config, key: tuple[str, ...], target: Table, max_packet: int
+        self,
+        config: Config,
+        key: tuple[str, ...],
+        target: Table,
+        max_packet: int,
+        defer_null_now: bool = False,
     ) -> None:
         self.config = config
         self.key = key
         self.target = target
         self.max_packet = max_packet
+        self.defer_null_now = defer_null_now
 
     def __call__(self, chunk: pa.RecordBatch) -> Screened:
         read = chunk.num_rows
@@ -61,20 +76,29 @@ class Screen:
         for i, reason in invalid_utf8(chunk).items():
             reasons.setdefault(i, reason)
         deletes = self._deletes(chunk)
-        for i, reason in null_into_now(chunk, self.target, deletes).items():
-            reasons.setdefault(i, reason)
+        null_now = null_into_now(chunk, self.target, deletes)
+        if not self.defer_null_now:
+            for i, reason in null_now.items():
+                reasons.setdefault(i, reason)
         too_big = oversized(chunk, self.key, self.max_packet, deletes)
         cut = {i for i in too_big if i not in reasons}
         for i in cut:
             reasons[i] = too_big[i]
-        if not reasons:
+        late = {i: why for i, why in null_now.items() if i not in reasons}
+        if not reasons and not (self.defer_null_now and late):
             return Screened(chunk, [], read)
         set_aside = [
             Entry(row_record(chunk, i, RECORD_CUT if i in cut else None), reasons[i])
             for i in sorted(reasons)
         ]
+        kept = [i for i in range(chunk.num_rows) if i not in reasons]
+        marked = {
+            at: Entry(row_record(chunk, i), late[i])
+            for at, i in enumerate(kept)
+            if self.defer_null_now and i in late
+        }
         keep = pa.array([i not in reasons for i in range(chunk.num_rows)])
-        return Screened(chunk.filter(keep), set_aside, read)
+        return Screened(chunk.filter(keep), set_aside, read, marked)
 
     def _deletes(self, chunk: pa.RecordBatch) -> pa.Array | None:
         """CDC rows that delete (and so send their key only), if any."""
