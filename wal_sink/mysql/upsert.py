@@ -138,6 +138,15 @@ def build_update(table: Table, columns: Sequence[str], mysql: Target) -> Update:
     )
 
 
+def build_values_check(table: Table, columns: Sequence[str], mysql: Target) -> Insert:
+    """``INSERT … ON DUPLICATE KEY UPDATE <key> = <key>`` for rows carrying
+    ``columns``: run before a by-key UPDATE (and rolled back), so that MySQL judges
+    the record's values as the upsert's INSERT would, whatever the UPDATE assigns."""
+    _check_columns(table, columns, mysql)
+    first_key = mysql.key[0]
+    return insert(table).on_duplicate_key_update({first_key: table.c[first_key]})
+
+
 def update_params(row: dict[str, Any]) -> dict[str, Any]:
     """A row's values as ``build_update``'s parameters."""
     return {UPDATE_PARAM + c: v for c, v in row.items()}

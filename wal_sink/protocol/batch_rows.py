@@ -36,7 +36,12 @@ from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.target_profile import deletes_may_fail
 from wal_sink.mysql.unique_keys import AnotherRow
-from wal_sink.mysql.upsert import build_delete, build_update, build_upsert
+from wal_sink.mysql.upsert import (
+    build_delete,
+    build_update,
+    build_upsert,
+    build_values_check,
+)
 from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.chunk_path import AppliedRows, ChunkPaths, Decision
 from wal_sink.protocol.row_by_row import (
@@ -228,6 +233,8 @@ class RowApplier:
                             segment[0],
                             bad,
                             self._upsert_refused,
+                            found.values_check,
+                            found.unsigned_adds,
                         )
                     else:
                         rows += isolating(
@@ -299,6 +306,7 @@ class RowApplier:
             deletes_may_fail(profile),
             unsigned_adds,
             build_update(target, columns, mysql) if unsigned_adds else None,
+            build_values_check(target, columns, mysql) if unsigned_adds else None,
         )
         self._by_schema.append(found)
         return found
@@ -349,6 +357,8 @@ class _Statements:
     """``add`` columns that are UNSIGNED: a row with a negative amount for one goes
     by key (``update``), the upsert's own row being out of range."""
     update: Update | None = None
+    values_check: Insert | None = None
+    """Run before ``update``: MySQL judges the record's values (row_by_row.py)."""
 
 
 def _coalesced(chunks: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:

@@ -163,12 +163,26 @@ def updating(
     row: dict[str, Any],
     bad: list[Entry],
     reason: RefusalReason = refused,
+    values_check: Executable | None = None,
+    unsigned_adds: tuple[str, ...] = (),
 ) -> int:
     """Apply one row by key with ``update`` (under a savepoint, set aside when
     MySQL refuses it); a key without a row goes to ``isolating(upsert)``. Returns
-    how many rows were applied (0 or 1)."""
+    how many rows were applied (0 or 1).
+
+    The UPDATE assigns an older record's guarded columns their stored values, so
+    MySQL would not judge the record's own: ``values_check`` (upsert.build_
+    values_check), run first and rolled back with the negative ``unsigned_adds`` as
+    0, refuses what the upsert would (a NULL for NOT NULL, a text too long)."""
     savepoint = conn.begin_nested()
     try:
+        if values_check is not None:
+            zeroed = {c: 0 for c in unsigned_adds if (row.get(c) or 0) < 0}
+            check = conn.begin_nested()
+            try:
+                conn.execute(values_check, {**row, **zeroed})
+            finally:
+                check.rollback()
         matched = conn.execute(update, update_params(row)).rowcount
     except DBAPIError as e:
         if not is_row_error(e):
