@@ -25,12 +25,22 @@ The model's rules, in the order a record meets them (``ReferenceModel._upsert`` 
   holds (``unique_conflicts = "quarantine"``), a delete a RESTRICT child refuses:
   set aside, nothing of the record applied (a refused delete leaves no tombstone).
 
+A routed sink (``Sink.routed``: ``[mysql] route_column``, docs/merge.md "One stream,
+several tables") writes ``t`` and a second table ``u`` (``Routed``) whose ``ref``
+references ``t``'s key: each record goes to the table its route names (set aside when
+it names none); a batch is cut into runs of consecutive upserts and of deletes, and
+within a run ``t``'s records go first for upserts and ``u``'s first for deletes, each
+table's in staged order; a delete of a ``t`` row that ``u`` rows reference is refused
+(RESTRICT), as is a ``u`` row whose new ``ref`` has no ``t`` row. A retry routes each
+batch's entries again the same way.
+
 Which sinks are refused at start (``refusal``) is decided from the shape and the
 configs alone.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -119,6 +129,18 @@ class Cdc:
 
 
 @dataclass(frozen=True)
+class Routed:
+    """The second table of a routed sink: ``u (uid BIGINT PRIMARY KEY, rid BIGINT,
+    ref BIGINT REFERENCES t (key), w BIGINT)``, routed by ``tbl`` = "t" or "u"."""
+
+    w_policy: str = "overwrite"
+    """``w``'s merge policy: overwrite or add."""
+
+    ROUTE = "tbl"
+    COLUMNS = ("uid", "rid", "ref", "w")
+
+
+@dataclass(frozen=True)
 class Sink:
     """One sink's config and the columns its stream carries."""
 
@@ -130,9 +152,19 @@ class Sink:
     version: str | None = None
     cdc: Cdc | None = None
     unique_conflicts: str = "refuse"
+    routed: Routed | None = None
+    """Routed to ``t`` and ``u``: ``stream`` and the settings above are ``t``'s."""
 
     def policy(self, column: str) -> str:
         return dict(self.merge).get(column, "overwrite")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every column of the stream: ``t``'s, then (routed) the route and ``u``'s."""
+        if self.routed is None:
+            return self.stream
+        extra = (Routed.ROUTE, *Routed.COLUMNS)
+        return self.stream + tuple(c for c in extra if c not in self.stream)
 
     @property
     def written(self) -> tuple[str, ...]:
@@ -161,6 +193,8 @@ class Entry:
 
     batch_id: int
     record: dict[str, Any]
+    position: int = 0
+    """Its place in the batch as staged (a routed retry routes in staged order)."""
     is_open: bool = True
     superseded: bool = False
     """Its batch was applied again (replay --force): never retried."""
@@ -201,6 +235,8 @@ class ReferenceModel:
         """By (sink id, collated key)."""
         self.children: Counter[tuple] = Counter()
         """Rows of the child table per collated key."""
+        self.u_rows: dict[Any, dict[str, Any]] = {}
+        """A routed sink's second table, by ``uid``."""
         self.state = {s.sink_id: SinkState() for s in sinks}
         self.owned = owned_columns(self)
         """The target columns the model holds: those a sink not refused writes."""
@@ -292,10 +328,14 @@ class ReferenceModel:
     def _apply_batch(self, sink_id: str, batch_id: int) -> None:
         state = self.state[sink_id]
         ack = Ack()
-        for record in state.batches[batch_id]:
+        records = state.batches[batch_id]
+        position = {id(r): i for i, r in enumerate(records)}
+        for record in self.routed_order(sink_id, records):
             outcome = self.apply_record(sink_id, record)
             if outcome == QUARANTINED:
-                state.entries.append(Entry(batch_id, dict(record)))
+                state.entries.append(
+                    Entry(batch_id, dict(record), position[id(record)])
+                )
                 ack.quarantined += 1
             elif outcome == SKIPPED:
                 ack.skipped += 1
@@ -311,7 +351,7 @@ class ReferenceModel:
             raise ValueError(f"batch {batch_id} is not the lowest pending one")
         state = self.state[sink_id]
         records = state.batches[batch_id]
-        state.entries += [Entry(batch_id, dict(r)) for r in records]
+        state.entries += [Entry(batch_id, dict(r), i) for i, r in enumerate(records)]
         state.acks[batch_id] = Ack(quarantined=len(records), state="quarantined")
 
     def replay(self, sink_id: str, first: int, last: int) -> list[int]:
@@ -355,6 +395,8 @@ class ReferenceModel:
         for sink_id, state in self.state.items():
             sink = self.sinks[sink_id]
             for entry in state.entries:
+                if sink.routed and entry.record.get(Routed.ROUTE) != "t":
+                    continue
                 if entry.retriable and not self._is_delete(sink, entry.record):
                     key = self._key(sink, entry.record)
                     if key is not None:
@@ -367,12 +409,35 @@ class ReferenceModel:
         refused again stays open."""
         state = self.state[sink_id]
         todo = [e for e in state.entries if e.retriable]
+        if self.sinks[sink_id].routed:  # each batch's entries routed again
+            todo.sort(key=lambda e: e.position)
         todo.sort(key=lambda e: e.batch_id)  # stable: set-aside order within one
-        for entry in todo:
-            if through is not None and entry.batch_id > through:
+        for batch_id in sorted({e.batch_id for e in todo}):
+            if through is not None and batch_id > through:
                 continue
-            if self.apply_record(sink_id, entry.record) != QUARANTINED:
-                entry.is_open = False
+            entries = [e for e in todo if e.batch_id == batch_id]
+            by_record = {id(e.record): e for e in entries}
+            records = [e.record for e in entries]
+            for record in self.routed_order(sink_id, records):
+                if self.apply_record(sink_id, record) != QUARANTINED:
+                    by_record[id(record)].is_open = False
+
+    def routed_order(
+        self, sink_id: str, records: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """``records`` (in staged order) in the order they are applied: as they are,
+        or, routed, in runs of upserts (``t``'s first) and of deletes (``u``'s)."""
+        sink = self.sinks[sink_id]
+        if sink.routed is None:
+            return records
+        ordered: list[dict[str, Any]] = []
+        runs = itertools.groupby(records, key=lambda r: self._is_delete(sink, r))
+        for deletes, run in runs:
+            held = list(run)
+            first = "u" if deletes else "t"
+            ordered += [r for r in held if r.get(Routed.ROUTE) == first]
+            ordered += [r for r in held if r.get(Routed.ROUTE) not in (first,)]
+        return ordered
 
     def open_entries(self, sink_id: str) -> list[Entry]:
         """Entries a retry would apply."""
@@ -405,6 +470,12 @@ class ReferenceModel:
     def apply_record(self, sink_id: str, record: dict[str, Any]) -> str:
         """Apply one record now; APPLIED, DELETED, QUARANTINED or SKIPPED."""
         sink = self.sinks[sink_id]
+        if sink.routed is not None:
+            route = record.get(Routed.ROUTE)
+            if route == "u":
+                return self._apply_u(sink, record)
+            if route != "t":
+                return QUARANTINED  # names no table
         key = self._key(sink, record)
         if key is None:
             return QUARANTINED
@@ -538,6 +609,8 @@ class ReferenceModel:
         )
         if removes and self.children[key] and self.target.child == "restrict":
             return QUARANTINED
+        if removes and any(self._refs(row) == key for row in self.u_rows.values()):
+            return QUARANTINED  # u's rows reference it (RESTRICT)
         if removes:
             del self.rows[key]
             self.children.pop(key, None)
@@ -546,6 +619,38 @@ class ReferenceModel:
             if stone is None or version >= stone.version:
                 self.tombstones[(sink.sink_id, key)] = Tombstone(version)
         return DELETED
+
+    # -- a routed sink's second table ---------------------------------------------
+
+    def _refs(self, row: dict[str, Any]) -> tuple | None:
+        """The collated ``t`` key a ``u`` row references; None."""
+        ref = row.get("ref")
+        return (
+            None
+            if ref is None
+            else (self.target.column(self.target.key[0]).collate(ref),)
+        )
+
+    def _apply_u(self, sink: Sink, record: dict[str, Any]) -> str:
+        uid = record.get("uid")
+        if uid is None:
+            return QUARANTINED
+        if self._is_delete(sink, record):
+            self.u_rows.pop(uid, None)
+            return DELETED
+        stored = self.u_rows.get(uid)
+        new = dict(stored or {"uid": uid, "w": None})
+        new["rid"], new["ref"] = record.get("rid"), record.get("ref")
+        w = record.get("w")
+        if sink.routed.w_policy == "overwrite" or stored is None:
+            new["w"] = w
+        elif w is not None:
+            new["w"] = w if stored["w"] is None else stored["w"] + w
+        changed = stored is None or stored["ref"] != new["ref"]
+        if new["ref"] is not None and changed and self._refs(new) not in self.rows:
+            return QUARANTINED  # no t row of that key (1452)
+        self.u_rows[uid] = new
+        return APPLIED
 
 
 def owned_columns(model: ReferenceModel) -> list[str]:

@@ -1,7 +1,7 @@
 """The fuzzer's grammar: a small space of target shapes, sink configs and records,
 biased towards the properties that change what a write means (ON UPDATE columns,
 AUTO_INCREMENT keys, collations, the server's timestamp defaults, foreign keys,
-triggers, a second sink on the same table).
+triggers, a second sink on the same table, a second table in one stream).
 
 Every feature has a name; ``FUZZ_EXCLUDE=name,name`` keeps it out of the examples,
 so that a fuzz run can look past a finding it already made.
@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tests.reference_model import CI, Cdc, Column, Sink, Target
+from tests.reference_model import CI, Cdc, Column, Routed, Sink, Target
 
 FEATURES = (
     "auto_increment",  # an AUTO_INCREMENT key the stream writes (0 included)
@@ -42,6 +42,7 @@ FEATURES = (
     "float",  # a DOUBLE column (NaN, infinity)
     "limits",  # values at and past their type's limits
     "second_sink",  # another sink (its own WAL) on the same target
+    "routed",  # the first sink routes rows to t and a table u referencing it
     "crash",  # faults at the commit and retry points, then a restart
     "crash_after_commit",  # of them, a failure right after the batch's COMMIT
     "replay",
@@ -204,7 +205,11 @@ def scenarios(draw: Any, off: frozenset[str] = frozenset()) -> Scenario:
         child=child,
         before_trigger_sets=("label",) if before_trigger else (),
     )
-    sinks = [_sink(d, target, "s1", cdc, version_kind, noisy=True)]
+    routed = None
+    if key_kind in ("bigint", "auto_increment") and d.feature("routed", 0.3):
+        routed = Routed(w_policy=d.choice(["overwrite", "add"]))
+        domains.update(uid=(1, 2, 3, None), ref=domains["id"], w=(1, 2, -1, None))
+    sinks = [_sink(d, target, "s1", cdc, version_kind, noisy=True, routed=routed)]
     if d.feature("second_sink", 0.3):
         guarded = cdc and version_kind is not None and d.draw(st.booleans())
         sinks.append(_sink(d, target, "s2", guarded, version_kind, noisy=False))
@@ -219,6 +224,7 @@ def scenarios(draw: Any, off: frozenset[str] = frozenset()) -> Scenario:
         sinks=tuple(sinks),
         ddl=tuple(
             _ddl(target, key_kind, collation, updated_at, triggers, before_trigger)
+            + (U_DDL if routed else [])
         ),
         parents=(1, 2) if fk else (),
         missing_parents=(3, 4) if fk else (),
@@ -283,6 +289,7 @@ def _sink(
     cdc: bool,
     version_kind: str | None,
     noisy: bool,
+    routed: Routed | None = None,
 ) -> Sink:
     """A sink on ``target``; ``noisy``: its config may name a column its stream
     lacks, or write a generated column."""
@@ -322,7 +329,15 @@ def _sink(
         version=version,
         cdc=Cdc() if cdc else None,
         unique_conflicts=conflicts,
+        routed=routed,
     )
+
+
+U_DDL = [
+    "CREATE TABLE u (uid BIGINT PRIMARY KEY, rid BIGINT, ref BIGINT NULL, w BIGINT, "
+    "FOREIGN KEY (ref) REFERENCES t (id)) ENGINE=InnoDB"
+]
+"""A routed sink's second table: its rows reference t's (RESTRICT on delete)."""
 
 
 def _column_ddl(c: Column) -> str:
@@ -432,7 +447,23 @@ def records(scenario: Scenario, sink: Sink) -> st.SearchStrategy[list[dict]]:
             }
         return record
 
-    return st.lists(st.fixed_dictionaries(fields).map(shaped), min_size=1, max_size=5)
+    record = st.fixed_dictionaries(fields).map(shaped)
+    if sink.routed is not None:
+        keep |= {"uid"}
+        u_fields = {c: st.sampled_from(scenario.domain(c)) for c in ("uid", "ref", "w")}
+        if sink.cdc:
+            u_fields["op"] = fields["op"]
+        route = Routed.ROUTE
+        record = st.one_of(
+            record.map(lambda r: {**r, route: "t"}),
+            st.fixed_dictionaries(u_fields)
+            .map(shaped)
+            .map(lambda r: {**r, route: "u"}),
+            st.fixed_dictionaries(
+                fields, optional={route: st.sampled_from(["T", None])}
+            ),
+        )
+    return st.lists(record, min_size=1, max_size=5)
 
 
 def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
@@ -449,6 +480,13 @@ def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
     }
     if sink.version:
         mysql["version_column"] = sink.version
+    if sink.routed is not None:
+        del mysql["table"]
+        t = {k: mysql.pop(k) for k in ("key", "merge", "unique_conflicts")}
+        if sink.version:
+            t["version_column"] = mysql.pop("version_column")
+        u = {"key": ["uid"], "merge": {"w": sink.routed.w_policy}}
+        mysql.update(route_column=Routed.ROUTE, tables={"t": t, "u": u})
     raw: dict[str, Any] = {
         "sink": {"id": sink.sink_id},
         "wal": {"path": wal_path, "chunk_rows": 4},

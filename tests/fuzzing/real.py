@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tests.reference_model import Sink, Target
+from tests.reference_model import Routed, Sink, Target
 from wal_sink import faults
 from wal_sink.config import Config
 from wal_sink.ops.purge import run_purge, select_purge
@@ -48,11 +48,16 @@ ARROW = {
 
 
 def stream_schema(target: Target, sink: Sink) -> pa.Schema:
-    """The staged files' schema: ``_wal_seq`` first, then the stream's columns."""
+    """The staged files' schema: ``_wal_seq`` first, then the stream's columns (a
+    routed sink's route and ``u``'s columns too)."""
     fields = [pa.field(SEQ_COLUMN, pa.int64())]
-    for name in sink.stream:
-        kind = "varchar" if sink.cdc and name == sink.cdc.op_column else None
-        kind = kind or target.column(name).kind
+    for name in sink.columns:
+        if (sink.cdc and name == sink.cdc.op_column) or name == Routed.ROUTE:
+            kind = "varchar"
+        elif name in Routed.COLUMNS and name not in sink.stream:
+            kind = "bigint"
+        else:
+            kind = target.column(name).kind
         fields.append(pa.field(name, ARROW[kind]))
     return pa.schema(fields)
 
@@ -86,7 +91,7 @@ class RealSink:
         if self.job is None:
             job = SinkInstance(self.config)
             try:
-                job.expect_columns(self.sink.stream)
+                job.expect_columns(self.sink.columns)
                 job.start()
                 self.started = True
                 job.recover()

@@ -16,6 +16,7 @@ from tests.reference_model import (
     Cdc,
     Column,
     ReferenceModel,
+    Routed,
     Sink,
     Target,
 )
@@ -340,3 +341,46 @@ def test_a_null_version_into_a_not_null_timestamp_is_quarantined():
     ]
     assert outcomes == [APPLIED, QUARANTINED, APPLIED]
     assert model.rows[(1,)] == {"id": 1, "n": 3, "v": t3}
+
+
+def routed_model(w_policy: str = "add") -> ReferenceModel:
+    return ReferenceModel(
+        target(N), [sink(["id", "n"], cdc=True, routed=Routed(w_policy))]
+    )
+
+
+def t_row(id_: int, op: str = "I") -> dict:
+    return {"tbl": "t", "id": id_, "n": 1, "op": op}
+
+
+def u_row(uid: int, ref: int | None, op: str = "I", w: int = 1) -> dict:
+    return {"tbl": "u", "uid": uid, "rid": uid, "ref": ref, "w": w, "op": op}
+
+
+def test_routed_upserts_go_parents_first_and_deletes_children_first():
+    model = routed_model()
+    run(model, [u_row(1, 5), t_row(5), u_row(1, 5, w=2)])
+    assert (1,) not in model.rows and model.u_rows[1]["ref"] == 5
+    assert model.u_rows[1]["w"] == 3, "u's w adds"
+    run(model, [t_row(5, "D"), u_row(1, None, "D")])
+    assert model.rows == {} and model.u_rows == {}
+    assert model.state["s1"].acks[1] == Ack(deleted=2)
+
+
+def test_routed_runs_keep_the_staged_order_between_them():
+    model = routed_model()
+    # the delete of t 5 is its own run, after u 1's upsert: RESTRICT refuses it
+    run(model, [t_row(5), u_row(1, 5), t_row(5, "D"), u_row(2, 5)])
+    assert (5,) in model.rows and set(model.u_rows) == {1, 2}
+    assert model.state["s1"].acks[0] == Ack(rows=3, quarantined=1)
+
+
+def test_a_route_naming_no_table_is_set_aside_and_a_retry_routes_again():
+    model = routed_model("overwrite")
+    run(model, [u_row(1, 7), {**t_row(8), "tbl": "T"}, {**t_row(9), "tbl": None}])
+    assert model.rows == {} and model.u_rows == {}
+    assert model.state["s1"].acks[0] == Ack(quarantined=3)
+    run(model, [t_row(7)])
+    model.retry("s1")
+    assert model.u_rows[1]["ref"] == 7, "its parent came: the child lands"
+    assert len(model.open_entries("s1")) == 2, "strays are set aside again"
