@@ -13,7 +13,9 @@ newer than either is stale.
 MySQL converts a value that does not fit the column's type with a warning (a clipped
 number, a cut string) where an insert in strict mode fails. Rows whose values warn
 are found by bisecting and left out of the decision: their own statements set them
-aside, so a bad row is never dropped as stale, nor makes another row stale.
+aside, so a bad row is never dropped as stale, nor makes another row stale. A
+``TIMESTAMP`` column is read as ``DATETIME`` (as the session sees it, in UTC), which
+holds times past TIMESTAMP's range without a warning: those are found in Python.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time
+from datetime import date, datetime, time, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -40,6 +42,11 @@ COLUMN_TYPE = re.compile(r"^[a-z]+(\(\d+(,\d+)?\))?( unsigned)?( zerofill)?$")
 NAME = re.compile(r"^\w+$")
 # As the multi-row upserts (multi_row.py): about 1 MB a read.
 DOCUMENT_BYTES = 1_024_000
+TIMESTAMP_RANGE = (
+    datetime(1970, 1, 1, 0, 0, 1),
+    datetime(2038, 1, 19, 3, 14, 7, 999999),
+)
+"""What a TIMESTAMP column holds, in UTC."""
 Encode = Callable[[Any], Any]
 
 
@@ -49,6 +56,8 @@ class Document:
 
     elements: list[list[Any]]
     text: str
+    outside: dict[int, str]
+    """Rows (by position) whose key or version is past a TIMESTAMP's range."""
 
 
 class StaleProbe:
@@ -60,6 +69,12 @@ class StaleProbe:
         quote = conn.dialect.identifier_preparer.quote
         columns = _column_types(conn, tombstones.name)
         declared, exprs, self._encoders = [], [], []
+        self._timestamps = [
+            field
+            for field, name in zip([self.version, *self.key], [VERSION, *self.key])
+            if columns[name][0].lower() == "timestamp"
+        ]
+        """The row's fields a TIMESTAMP column holds."""
         for i, name in enumerate([VERSION, *self.key]):
             declaration, expr, encode = _declare(name, *columns[name])
             declared.append(f"c{i} {declaration} PATH '$[{i + 1}]'")
@@ -89,7 +104,15 @@ class StaleProbe:
         """The read's JSON document for ``rows`` (staged order, keys not NULL),
         each a delete or an upsert."""
         elements = [self._element(r, d) for r, d in zip(rows, deletes)]
-        return Document(elements, json.dumps(elements))
+        outside = {}
+        for at, row in enumerate(rows):
+            for field in self._timestamps:
+                if not _in_timestamp_range(row.get(field)):
+                    outside[at] = (
+                        f"1292: {field} {row[field]} is outside the range of a "
+                        "TIMESTAMP (1970-01-01 00:00:01 to 2038-01-19 03:14:07 UTC)"
+                    )
+        return Document(elements, json.dumps(elements), outside)
 
     def stale(
         self, conn: Connection, document: Document
@@ -99,12 +122,16 @@ class StaleProbe:
         positions whose key or version MySQL cannot take as the target's types,
         with its warning."""
         elements = document.elements
-        considered = list(range(len(elements)))
-        found, warning = self._read(conn, document.text)
-        invalid: dict[int, str] = {}
+        invalid = dict(document.outside)
+        considered = [i for i in range(len(elements)) if i not in invalid]
+        found, warning = self._read(
+            conn,
+            json.dumps([elements[i] for i in considered]) if invalid else document.text,
+        )
         if warning:
-            invalid = self._warning_rows(conn, elements, considered)
-            considered = [i for i in considered if i not in invalid]
+            warned = self._warning_rows(conn, elements, considered)
+            invalid |= warned
+            considered = [i for i in considered if i not in warned]
             found, _ = self._read(conn, json.dumps([elements[i] for i in considered]))
         return {considered[n - 1] for n in found}, invalid
 
@@ -193,6 +220,17 @@ def _declare(
         "exactly; key and version columns must be numbers, dates and times, CHAR, "
         "VARCHAR, BINARY or VARBINARY"
     )
+
+
+def _in_timestamp_range(value: Any) -> bool:
+    """Whether a TIMESTAMP column can hold ``value`` (a datetime, naive in UTC or
+    zoned; anything else is left to MySQL)."""
+    if not isinstance(value, datetime):
+        return True
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    low, high = TIMESTAMP_RANGE
+    return low <= value <= high
 
 
 def _json_value(value: Any) -> Any:
