@@ -214,12 +214,15 @@ def _open_upsert_keys(
     sink: SinkInstance, listed: list[ListedEntry], target: Target
 ) -> list[tuple[Any, ...]]:
     """The keys of the sink's open quarantine entries a retry would upsert into
-    ``target``."""
+    ``target``. A key with a NULL matches no tombstone, and in the expiry's NOT IN
+    list it would make the condition unknown for every tombstone: left out."""
     cdc = sink.config.cdc
     keys = set()
     for entry in listed:
         if entry.is_open and entry.kind == ROW and entry.table == target.table:
             record = json.loads(entry.entry.record)
             if cdc is None or record.get(cdc.op_column) not in cdc.delete_values:
-                keys.add(tuple(record.get(k) for k in target.key))
+                key = tuple(record.get(k) for k in target.key)
+                if None not in key:
+                    keys.add(key)
     return sorted(keys, key=repr)
