@@ -204,34 +204,44 @@ def test_a_refused_delete_leaves_no_tombstone(db, items, config):
     assert db.rows("SELECT MAX(skipped_count) FROM wal_sink_ack") == [(0,)]
 
 
-def test_a_nan_version_on_a_delete_is_set_aside(db, tmp_path):
-    db.execute("DROP TABLE IF EXISTS fl")
-    db.execute("DROP TABLE IF EXISTS fl_tombstones")
-    db.execute("CREATE TABLE fl (k BIGINT PRIMARY KEY, v DOUBLE) ENGINE=InnoDB")
-    db.execute("INSERT INTO fl VALUES (1, 1), (2, 1)")
-    cfg = config_from_dict(
+def versioned(db, tmp_path, name: str, columns: str, values: str):
+    """A fresh table ``name`` (``columns``: key k, version v) holding ``values``, and
+    the config of a CDC sink of its own on it."""
+    for t in (name, f"{name}_tombstones"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(f"CREATE TABLE {name} ({columns}) ENGINE=InnoDB")
+    db.execute(f"INSERT INTO {name} VALUES {values}")
+    mysql = {"url": db.url, "table": name, "key": ["k"], "version_column": "v"}
+    return config_from_dict(
         {
-            "sink": {"id": "fl"},
-            "wal": {"path": str(tmp_path / "wal_fl")},
-            "mysql": {
-                "url": db.url,
-                "table": "fl",
-                "key": ["k"],
-                "version_column": "v",
-            },
+            "sink": {"id": name},
+            "wal": {"path": str(tmp_path / f"wal_{name}")},
+            "mysql": mysql,
             "cdc": CDC,
         }
     )
-    schema = pa.schema([("op", pa.string()), ("k", pa.int64()), ("v", pa.float64())])
-    rows = [{"op": "D", "k": 1, "v": float("nan")}, {"op": "D", "k": 2, "v": 5.0}]
+
+
+def recovered(db, cfg, schema: pa.Schema, rows: list[dict]) -> list[tuple]:
+    """Stage ``rows`` as batch 0 and recover it; its (deleted, quarantined) counts."""
     stage_rows(cfg, 0, rows, schema)
     sink = SinkInstance(cfg)
-    sink.recover()
-    sink.close()
+    try:
+        sink.recover()
+    finally:
+        sink.close()
+    return db.rows(
+        "SELECT deleted_count, quarantined FROM wal_sink_ack WHERE sink_id = %s",
+        (cfg.sink.id,),
+    )
+
+
+def test_a_nan_version_on_a_delete_is_set_aside(db, tmp_path):
+    cfg = versioned(db, tmp_path, "fl", "k BIGINT PRIMARY KEY, v DOUBLE", "(1,1),(2,1)")
+    schema = pa.schema([("op", pa.string()), ("k", pa.int64()), ("v", pa.float64())])
+    rows = [{"op": "D", "k": 1, "v": float("nan")}, {"op": "D", "k": 2, "v": 5.0}]
+    assert recovered(db, cfg, schema, rows) == [(1, 1)]
     assert db.rows("SELECT k FROM fl") == [(1,)]
-    assert db.rows(
-        "SELECT deleted_count, quarantined FROM wal_sink_ack WHERE sink_id = 'fl'"
-    ) == [(1, 1)]
 
 
 def test_a_delete_whose_version_timestamp_cannot_hold_is_set_aside(db, tmp_path):
@@ -239,24 +249,12 @@ def test_a_delete_whose_version_timestamp_cannot_hold_is_set_aside(db, tmp_path)
     it), which holds 2040 without a warning, so such a delete's tombstone failed
     (1292) and the batch with it, at every start (found by the reference model's
     fuzzer). It is set aside, as an upsert of that version is."""
-    for t in ("ts", "ts_tombstones"):
-        db.execute(f"DROP TABLE IF EXISTS {t}")
-    db.execute(
-        "CREATE TABLE ts (k BIGINT PRIMARY KEY, v TIMESTAMP(6) NOT NULL) ENGINE=InnoDB"
-    )
-    db.execute("INSERT INTO ts VALUES (1, '2001-01-01'), (2, '2001-01-01')")
-    cfg = config_from_dict(
-        {
-            "sink": {"id": "ts"},
-            "wal": {"path": str(tmp_path / "wal_ts")},
-            "mysql": {
-                "url": db.url,
-                "table": "ts",
-                "key": ["k"],
-                "version_column": "v",
-            },
-            "cdc": CDC,
-        }
+    cfg = versioned(
+        db,
+        tmp_path,
+        "ts",
+        "k BIGINT PRIMARY KEY, v TIMESTAMP(6) NOT NULL",
+        "(1, '2001-01-01'), (2, '2001-01-01')",
     )
     zoned = pa.timestamp("us", tz="UTC")
     schema = pa.schema([("op", pa.string()), ("k", pa.int64()), ("v", zoned)])
@@ -266,14 +264,8 @@ def test_a_delete_whose_version_timestamp_cannot_hold_is_set_aside(db, tmp_path)
         {"op": "D", "k": 2, "v": fine},
         {"op": "I", "k": 3, "v": late},
     ]
-    stage_rows(cfg, 0, rows, schema)
-    sink = SinkInstance(cfg)
-    sink.recover()
-    sink.close()
+    assert recovered(db, cfg, schema, rows) == [(1, 2)]
     assert db.rows("SELECT k FROM ts") == [(1,)]
-    assert db.rows(
-        "SELECT deleted_count, quarantined FROM wal_sink_ack WHERE sink_id = 'ts'"
-    ) == [(1, 2)]
     assert db.rows("SELECT k FROM ts_tombstones") == [(2,)]
 
 
