@@ -42,25 +42,37 @@ class MariaDB:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> None:
-        self.base_dir.mkdir(parents=True, exist_ok=True)
+        # Its own tmpdir: two servers set up at once (one per test worker) shared
+        # /tmp, and a bootstrap failed on the other's temporary table file
+        # ("Could not remove temporary table '/tmp/#sql-temptable-…'").
+        tmpdir = self.base_dir / "tmp"
+        tmpdir.mkdir(parents=True, exist_ok=True)
         if not self.datadir.exists():
-            subprocess.run(
+            done = subprocess.run(
                 [
                     _binary("mariadb-install-db"),
                     "--no-defaults",
                     f"--datadir={self.datadir}",
+                    f"--tmpdir={tmpdir}",
                     "--user=root" if os.geteuid() == 0 else f"--user={os.getlogin()}",
                     "--auth-root-authentication-method=normal",
                     "--skip-test-db",
                 ],
-                check=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
             )
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"mariadb-install-db failed ({done.returncode}):\n"
+                    + done.stdout[-2000:]
+                )
         args = [
             _binary("mariadbd"),
             "--no-defaults",
             f"--datadir={self.datadir}",
+            f"--tmpdir={tmpdir}",
             f"--socket={self.socket}",
             f"--port={self.port}",
             "--bind-address=127.0.0.1",
