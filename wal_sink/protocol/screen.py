@@ -84,8 +84,12 @@ class Screen:
         cut = {i for i in too_big if i not in reasons}
         for i in cut:
             reasons[i] = too_big[i]
-        late = {i: why for i, why in null_now.items() if i not in reasons}
-        if not reasons and not (self.defer_null_now and late):
+        late = (
+            {i: why for i, why in null_now.items() if i not in reasons}
+            if self.defer_null_now
+            else {}
+        )
+        if not reasons and not late:
             return Screened(chunk, [], read)
         set_aside = [
             Entry(row_record(chunk, i, RECORD_CUT if i in cut else None), reasons[i])
@@ -95,7 +99,7 @@ class Screen:
         marked = {
             at: Entry(row_record(chunk, i), late[i])
             for at, i in enumerate(kept)
-            if self.defer_null_now and i in late
+            if i in late
         }
         keep = pa.array([i not in reasons for i in range(chunk.num_rows)])
         return Screened(chunk.filter(keep), set_aside, read, marked)
