@@ -55,6 +55,7 @@ def test_an_entry_of_a_replayed_batch_stays_superseded_after_purge(db, sink_conf
     assert committer.apply(0).quarantined == 1
     db.execute("INSERT INTO parents VALUES (7)")
     run_replay(sink, plan_replay(sink, 0, 0, force=True), force=True)
+    assert db.rows("SELECT k, label FROM items") == [(1, "old")], "replay applied it"
     stage_rows(cfg, 1, rows((1, 7, "new")), SCHEMA)
     stage_rows(cfg, 2, rows((2, None, "x")), SCHEMA)
     committer.apply(1)

@@ -6,6 +6,7 @@ test_target_shape_job.py."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -16,6 +17,9 @@ from devtools.mariadb import SINK_PASSWORD
 from tests.helpers import stage_rows
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError, TerminalError
+from wal_sink.mysql.retry_state import RETRIED
+from wal_sink.ops.quarantine_entries import list_entries
+from wal_sink.ops.quarantine_retry import plan_retry, run_retry
 from wal_sink.protocol.sink_instance import SinkInstance
 
 I64 = pa.int64()
@@ -357,6 +361,54 @@ def test_triggers_this_user_cannot_see_are_said_at_start(
     finally:
         sink.close()
     assert "holds no TRIGGER privilege on table t" in caplog.text
+
+
+# -- foreign keys -----------------------------------------------------------------
+
+
+def test_a_row_whose_parent_is_missing_is_set_aside_and_retried_once_it_exists(
+    db, fresh, config
+):
+    fresh(
+        "CREATE TABLE parents (id BIGINT PRIMARY KEY) ENGINE=InnoDB",
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, p BIGINT, label VARCHAR(8), "
+        "FOREIGN KEY (p) REFERENCES parents (id)) ENGINE=InnoDB",
+    )
+    db.execute("INSERT INTO parents VALUES (1)")
+    cfg = config("t", ["k"])
+    schema = pa.schema([("k", I64), ("p", I64), ("label", pa.string())])
+    apply(
+        cfg,
+        schema,
+        [
+            {"k": 1, "p": 1, "label": "a"},
+            {"k": 2, "p": 7, "label": "b"},  # no parent 7 yet
+            {"k": 3, "p": None, "label": "c"},
+        ],
+    )
+    assert db.rows("SELECT k, p, label FROM t ORDER BY k") == [
+        (1, 1, "a"),
+        (3, None, "c"),
+    ]
+    sink = SinkInstance(cfg)
+    sink.start()
+    try:
+        (entry,) = list_entries(sink)
+        assert entry.is_open and entry.reason.startswith("MySQL error 1452")
+        assert json.loads(entry.entry.record) == {"k": 2, "p": 7, "label": "b"}
+        (again,) = run_retry(sink, plan_retry(sink))
+        assert again.applied == 0 and "1452" in again.failed[entry.entry.entry_id]
+        db.execute("INSERT INTO parents VALUES (7)")
+        (retried,) = run_retry(sink, plan_retry(sink))
+        assert (retried.applied, retried.failed) == (1, {})
+        assert [e.state for e in list_entries(sink)] == [RETRIED]
+    finally:
+        sink.close()
+    assert db.rows("SELECT k, p, label FROM t ORDER BY k") == [
+        (1, 1, "a"),
+        (2, 7, "b"),
+        (3, None, "c"),
+    ]
 
 
 # -- add columns ----------------------------------------------------------------

@@ -162,15 +162,19 @@ def test_a_replayed_batchs_entry_is_never_retried_after_purge(db, tmp_path):
     land(tmp_path, [{"k": 1, "p": 7, "label": "old"}])
     assert drain(config, tmp_path).proc.returncode == 0
     assert db.rows("SELECT quarantined FROM wal_sink_ack") == [(1,)]
+    assert db.rows("SELECT COUNT(*) FROM t") == [(0,)]
     db.execute("INSERT INTO parents VALUES (7)")
     replay = cli(config, "replay", "--from", "0", "--to", "0", "--force", "--yes")
     assert replay.returncode == 0, replay.stderr
+    assert db.rows("SELECT k, label FROM t") == [(1, "old")], "the replay applied it"
     land(tmp_path, [{"k": 1, "p": 7, "label": "new"}], [{"k": 2, "p": 7, "label": "x"}])
     assert drain(config, tmp_path).proc.returncode == 0
     purge = cli(config, "purge", "--before", "2")
     assert purge.returncode == 0, purge.stderr
+    assert db.rows("SELECT batch_id FROM wal_sink_ack") == [(2,)], "0's ack purged"
     retry = cli(config, "quarantine", "retry", "--yes")
     assert retry.returncode == 0, retry.stderr
+    assert "retrying 0 open record(s)" in retry.stdout, retry.stdout
     assert db.rows("SELECT k, label FROM t ORDER BY k") == [(1, "new"), (2, "x")]
 
 
