@@ -411,6 +411,46 @@ def test_a_row_whose_parent_is_missing_is_set_aside_and_retried_once_it_exists(
     ]
 
 
+def test_a_delete_of_a_parent_row_cascades_or_sets_null_as_the_keys_say(
+    db, fresh, config
+):
+    """The target is the parent of two tables, one ON DELETE CASCADE, one ON DELETE
+    SET NULL: a CDC delete takes the first's rows with it and empties the second's
+    reference, in the batch's transaction, and leaves its tombstone."""
+    fresh(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, label VARCHAR(8), v BIGINT) "
+        "ENGINE=InnoDB",
+        "CREATE TABLE items (id INT PRIMARY KEY, k BIGINT, FOREIGN KEY (k) "
+        "REFERENCES t (k) ON DELETE CASCADE) ENGINE=InnoDB",
+        "CREATE TABLE notes (id INT PRIMARY KEY, k BIGINT, FOREIGN KEY (k) "
+        "REFERENCES t (k) ON DELETE SET NULL) ENGINE=InnoDB",
+    )
+    cfg = config(
+        "t", ["k"], version_column="v", cdc={"op_column": "op", "order_by": "v"}
+    )
+    schema = pa.schema(
+        [("op", pa.string()), ("k", I64), ("label", pa.string()), ("v", I64)]
+    )
+    apply(
+        cfg,
+        schema,
+        [
+            {"op": "I", "k": 1, "label": "a", "v": 1},
+            {"op": "I", "k": 2, "label": "b", "v": 1},
+        ],
+    )
+    db.execute("INSERT INTO items VALUES (10, 1), (20, 2)")
+    db.execute("INSERT INTO notes VALUES (10, 1), (20, 2)")
+    apply(cfg, schema, [{"op": "D", "k": 1, "label": None, "v": 5}], first=1)
+    assert db.rows("SELECT k, label FROM t") == [(2, "b")]
+    assert db.rows("SELECT id, k FROM items ORDER BY id") == [(20, 2)]
+    assert db.rows("SELECT id, k FROM notes ORDER BY id") == [(10, None), (20, 2)]
+    assert db.rows("SELECT k, _wal_version FROM t_tombstones") == [(1, 5)]
+    assert db.rows(
+        "SELECT deleted_count, quarantined FROM wal_sink_ack ORDER BY batch_id"
+    ) == [(0, 0), (1, 0)]
+
+
 # -- add columns ----------------------------------------------------------------
 
 
