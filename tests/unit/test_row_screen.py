@@ -117,7 +117,7 @@ def test_nested_values_holding_text_that_is_not_utf8_are_found():
 
 
 def test_a_null_timestamp_of_versioned_cdc_is_left_to_the_stale_check():
-    """With ``defer_null_now`` a NULL for a TIMESTAMP NOT NULL column is marked late
+    """With ``defer`` a NULL for a TIMESTAMP NOT NULL column is marked late
     at its row's place in the screened chunk, not set aside; without it, set aside."""
     from sqlalchemy import BIGINT, Column, MetaData, String, Table
     from sqlalchemy.dialects.mysql import TIMESTAMP
@@ -144,12 +144,12 @@ def test_a_null_timestamp_of_versioned_cdc_is_left_to_the_stale_check():
         ],
         names=["k", "note", "v", "op"],
     )
-    deferred = Screen(config, ("k",), table, 1 << 24, defer_null_now=True)(chunk)
+    deferred = Screen(config, ("k",), table, 1 << 24, {}, [], defer=True)(chunk)
     assert [e.record["k"] for e in deferred.set_aside] == [1], "not UTF-8"
     assert deferred.chunk.column("k").to_pylist() == [2, 3, 4]
     assert list(deferred.late) == [0], "row k=2, first of the screened chunk"
     assert deferred.late[0].record["k"] == 2
     assert "NULL in TIMESTAMP NOT NULL column(s) v" in deferred.late[0].reason
-    at_once = Screen(config, ("k",), table, 1 << 24)(chunk)
+    at_once = Screen(config, ("k",), table, 1 << 24, {}, [])(chunk)
     assert [e.record["k"] for e in at_once.set_aside] == [1, 2], "k=3 deletes"
     assert at_once.late == {}

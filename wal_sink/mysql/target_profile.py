@@ -25,7 +25,7 @@ class ColumnFacts:
     data_type: str
     """Lower case, e.g. ``int``, ``timestamp``."""
     column_type: str
-    """Lower case, e.g. ``int(10) unsigned``."""
+    """As the server shows it, e.g. ``int(10) unsigned``, ``enum('a','B')``."""
     nullable: bool
     default: str | None
     """As information_schema has it: None when there is none, ``NULL`` for a
@@ -34,6 +34,8 @@ class ColumnFacts:
     """Lower case: ``auto_increment``, ``on update current_timestamp()``,
     ``stored generated``…"""
     generated: bool
+    collation: str | None = None
+    """Lower case; None for a column that holds no text."""
 
     @property
     def on_update(self) -> bool:
@@ -45,7 +47,7 @@ class ColumnFacts:
 
     @property
     def unsigned(self) -> bool:
-        return "unsigned" in self.column_type
+        return "unsigned" in self.column_type.lower()
 
     @property
     def fills_itself(self) -> bool:
@@ -113,17 +115,20 @@ def read_profile(conn: Connection, table: str) -> TargetProfile:
         name.lower(): ColumnFacts(
             name,
             data_type.lower(),
-            column_type.lower(),
+            column_type,
             nullable == "YES",
             default,
             (extra or "").lower(),
             bool(generation) or "generated" in (extra or "").lower(),
+            collation.lower() if collation else None,
         )
-        for name, data_type, column_type, nullable, default, extra, generation in (
+        for name, data_type, column_type, nullable, default, extra, generation, (
+            collation
+        ) in (
             conn.execute(
                 text(
                     "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, "
-                    "COLUMN_DEFAULT, EXTRA, GENERATION_EXPRESSION "
+                    "COLUMN_DEFAULT, EXTRA, GENERATION_EXPRESSION, COLLATION_NAME "
                     "FROM information_schema.COLUMNS "
                     "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t "
                     "ORDER BY ORDINAL_POSITION"

@@ -34,7 +34,7 @@ from wal_sink.mysql.bulk_load import BulkLoader
 from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
-from wal_sink.mysql.target_profile import deletes_may_fail
+from wal_sink.mysql.target_profile import deletes_may_fail, read_profile
 from wal_sink.mysql.unique_keys import AnotherRow
 from wal_sink.mysql.upsert import (
     build_delete,
@@ -42,6 +42,7 @@ from wal_sink.mysql.upsert import (
     build_upsert,
     build_values_check,
 )
+from wal_sink.mysql.value_fit import roles_of, say_warnings
 from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.chunk_path import AppliedRows, ChunkPaths, Decision
 from wal_sink.protocol.row_by_row import (
@@ -263,7 +264,9 @@ class RowApplier:
                 self.mysql.key,
                 self.target(),
                 int(packet),
-                defer_null_now=self.versioned is not None,
+                read_profile(conn, self.mysql.table).columns,
+                roles_of(self.config, self.mysql),
+                defer=self.versioned is not None,
             )
         return self._screen
 
@@ -281,6 +284,9 @@ class RowApplier:
         profile = check_writes(
             conn, self.config, mysql, schema.names if stream is None else stream
         )
+        fit = self._screened(conn).fit(schema)
+        fit.refuse()
+        say_warnings(self.sink_id, fit)
         upsert = build_upsert(target, columns, mysql)
         unsigned_adds = tuple(
             c

@@ -4,16 +4,18 @@ row can block its batch at every start (mysql/row_screen.py says why each would)
 Struct, list and map columns become JSON text first (refused at the first chunk
 unless their target column is JSON or text); then rows holding text that is not
 UTF-8, upserts with a NULL for a ``TIMESTAMP NOT NULL`` column (MySQL would store
-the current time), and rows whose statement would exceed the server's
-``max_allowed_packet``, go to the quarantine with their reason. The rest keep their
-staged order.
+the current time), upserts holding a value its column would change (a column
+narrower than the stream's type: mysql/value_fit.py), and rows whose statement
+would exceed the server's ``max_allowed_packet``, go to the quarantine with their
+reason. The rest keep their staged order.
 
-With CDC and a version column (``defer_null_now``), an upsert's NULL for a
-``TIMESTAMP NOT NULL`` column is judged after staleness instead: the row stays in
-the chunk, marked ``late``, and the row path sets it aside only if no tombstone
-makes it stale (versioned_cdc.py): stale history is skipped before its values are
-judged, or it would sit in the quarantine for good, holding its key's tombstone
-against purge. CDC chunks always go row by row, so no marked row is ever sent.
+With CDC and a version column (``defer``), an upsert's NULL for a ``TIMESTAMP NOT
+NULL`` column and a value its column would change are judged after staleness
+instead: the row stays in the chunk, marked ``late``, and the row path sets it
+aside only if no tombstone makes it stale (versioned_cdc.py): stale history is
+skipped before its values are judged, or it would sit in the quarantine for good,
+holding its key's tombstone against purge. CDC chunks always go row by row, so no
+marked row is ever sent.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from wal_sink.mysql.row_screen import (
     oversized,
     row_record,
 )
+from wal_sink.mysql.target_profile import ColumnFacts
+from wal_sink.mysql.value_fit import Fit, table_fit
 from wal_sink.wal.quarantine import Entry
 
 
@@ -58,13 +62,31 @@ class Screen:
         key: tuple[str, ...],
         target: Table,
         max_packet: int,
-        defer_null_now: bool = False,
+        columns: dict[str, ColumnFacts],
+        roles: list[tuple[str, str]],
+        defer: bool = False,
     ) -> None:
+        """``columns``: the target's, by lower-case name (target_profile.py);
+        ``roles``: (stream column, role) of its key, version, order and route
+        columns, which may not narrow."""
         self.config = config
         self.key = key
         self.target = target
         self.max_packet = max_packet
-        self.defer_null_now = defer_null_now
+        self.columns = columns
+        self.roles = roles
+        self.defer = defer
+        self._fits: list[Fit] = []
+
+    def fit(self, schema: pa.Schema) -> Fit:
+        """What the target's columns do to values of ``schema`` (once per
+        schema)."""
+        for known in self._fits:  # one per schema the WAL ever had: a few
+            if known.schema.equals(schema):
+                return known
+        found = table_fit(self.target.name, schema, self.columns, self.roles)
+        self._fits.append(found)
+        return found
 
     def __call__(self, chunk: pa.RecordBatch) -> Screened:
         read = chunk.num_rows
@@ -76,17 +98,21 @@ class Screen:
         for i, reason in invalid_utf8(chunk).items():
             reasons.setdefault(i, reason)
         deletes = self._deletes(chunk)
-        null_now = null_into_now(chunk, self.target, deletes)
-        if not self.defer_null_now:
-            for i, reason in null_now.items():
+        judged = null_into_now(chunk, self.target, deletes)
+        fit = self.fit(chunk.schema)
+        if fit.narrowings:
+            for i, reason in fit.changed(chunk, deletes).items():
+                judged.setdefault(i, reason)
+        if not self.defer:
+            for i, reason in judged.items():
                 reasons.setdefault(i, reason)
         too_big = oversized(chunk, self.key, self.max_packet, deletes)
         cut = {i for i in too_big if i not in reasons}
         for i in cut:
             reasons[i] = too_big[i]
         late = (
-            {i: why for i, why in null_now.items() if i not in reasons}
-            if self.defer_null_now
+            {i: why for i, why in judged.items() if i not in reasons}
+            if self.defer
             else {}
         )
         if not reasons and not late:

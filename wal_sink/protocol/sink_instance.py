@@ -23,7 +23,9 @@ from wal_sink.mysql.preflight import preflight
 from wal_sink.mysql.table_ddl import table_columns
 from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
+from wal_sink.mysql.target_profile import read_profile
 from wal_sink.mysql.tombstones import Tombstones
+from wal_sink.mysql.value_fit import roles_of, say_warnings, table_fit
 from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.parts import SinkParts
@@ -126,6 +128,28 @@ class SinkInstance:
                 raise mysql_error(e, sink_id=self.sink_id) from e
             return
         self._checked_columns.add(written)
+
+    def check_types(self, schema: pa.Schema) -> None:
+        """Refuse (ConfigError) a key, version, order or route column narrower than
+        the stream's type, and say once which other columns would change some
+        values of it (set aside at run time): mysql/value_fit.py. The committer
+        checks each staged schema the same way."""
+        try:
+            received = self._received(schema.names)
+            with self.engine.connect() as conn:
+                for target in self.config.mysql.targets:
+                    names = received[target.table]
+                    fit = table_fit(
+                        target.table,
+                        pa.schema([schema.field(n) for n in names]),
+                        read_profile(conn, target.table).columns,
+                        roles_of(self.config, target),
+                    )
+                    fit.refuse()
+                    say_warnings(self.sink_id, fit)
+        except DBAPIError as e:
+            if not is_transient(e):
+                raise mysql_error(e, sink_id=self.sink_id) from e
 
     def check_lease(self, batch_id: int | None = None) -> str | None:
         """Check that this instance still holds the lease: FencedError once a newer

@@ -304,10 +304,12 @@ def check_stream(instance: SinkInstance, schema: StructType) -> None:
     stage or land, columns the target lacks, columns that reach another row
     through a unique index besides the key (``unique_conflicts``), struct, array
     or map columns whose target column is neither JSON nor text (the sink writes
-    such values as JSON text). The committer checks each new schema the same
-    way."""
-    instance.prepare_tables(arrow_schema(schema))
+    such values as JSON text), key, version, order or route columns narrower than
+    the stream's type. The committer checks each new schema the same way."""
+    arrow = arrow_schema(schema)
+    instance.prepare_tables(arrow)
     instance.check_columns(schema.names)
+    instance.check_types(arrow)
     nested = {
         f.name: f.dataType.simpleString()
         for f in schema.fields
