@@ -6,6 +6,7 @@ in a job log, CLI output or error message."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 import time
@@ -29,6 +30,7 @@ from tests.helpers import (
     s3_storage,
     survive_kills_then_drain,
     totals,
+    wait_for_lock_waits,
     write_landing,
 )
 from wal_sink.config import load_config
@@ -127,6 +129,31 @@ def test_kill_between_files_written_and_commit_on_s3_is_exact(db, s3, bucket, tm
     assert_no_secret(s3, log.read_text(), r.stdout, r.stderr)
 
 
+def purge_while_the_committer_waits(
+    db, config: Path, table: str, reader: WalReader
+) -> list[int]:
+    """Hold every row of ``table`` while the job runs, so its committer waits inside
+    a batch's transaction (the ack row not committed); meanwhile purge every batch.
+    Returns the batches the purge kept as unacked, checked to be still staged."""
+    holder = db.connect()
+    try:
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT k FROM {table} FOR UPDATE")
+        wait_for_lock_waits(db)
+        r = cli(config, "purge", "--before", str(2**31), "--vacuum", "--retain", "1h")
+        assert r.returncode == 0, r.stderr
+        kept = re.search(r"keeping unacked batch\(es\) ([\d, ]+):", r.stdout)
+        assert kept, f"the purge met no unacked batch: {r.stdout}"
+        ids = [int(i) for i in kept.group(1).split(", ")]
+        reader.refresh()
+        assert set(ids) <= set(reader.staged_batches()), "an unacked batch was purged"
+        return ids
+    finally:
+        holder.rollback()
+        holder.close()
+
+
 def test_purge_while_the_job_stages_on_s3_keeps_every_unacked_batch(
     db, s3, bucket, tmp_path
 ):
@@ -142,6 +169,7 @@ def test_purge_while_the_job_stages_on_s3_keeps_every_unacked_batch(
         table="s3_purged",
         source=landing_source(landing, files_per_trigger=1),
     )
+    reader = WalReader(wal, storage=s3_storage(s3))
     expected: dict[str, Decimal] = {}
     feeding = threading.Thread(target=arrive, args=(landing, expected, 30, 0.5))
     feeding.start()
@@ -153,6 +181,7 @@ def test_purge_while_the_job_stages_on_s3_keeps_every_unacked_batch(
         while "batch 1 applied" not in log.read_text(errors="replace"):
             assert time.monotonic() < deadline and job.proc.poll() is None, job.tail()
             time.sleep(0.5)
+        purge_while_the_committer_waits(db, config, "s3_purged", reader)
         while feeding.is_alive() or len(purges) < 4:
             r = cli(config, "purge", "--older-than", "0s", "--vacuum", "--retain", "1h")
             assert r.returncode == 0, r.stderr
@@ -169,7 +198,7 @@ def test_purge_while_the_job_stages_on_s3_keeps_every_unacked_batch(
     assert removed > 0, purges
     # Purge drops the ack rows of purged batches, all but the newest.
     acked = acked_ids(db)
-    reader = WalReader(wal, storage=s3_storage(s3))
+    reader.refresh()
     staged = reader.staged_batches()
     assert set(staged) <= set(acked), "whatever is still staged is applied"
     assert acked[-1] == reader.last_staged("s3purge"), "up to the last staged batch"
