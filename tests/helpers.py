@@ -386,23 +386,28 @@ def survive_kills_then_drain(
     log: Path,
     feed: Callable[[threading.Event], None],
     rounds: int = 2,
+    then_stop: bool = False,
 ) -> None:
     """While ``feed`` sends data, run the streaming job and SIGKILL it at a random
-    moment after it applied its first batch, ``rounds`` times; then drain with
-    --available-now. ``feed`` sends its own minimum and goes on until the event it
-    is given is set, after the last kill: every kill lands while data arrives, however
-    slow the starts. (Waiting for the batch, not a fixed time, spends no test time on
-    a start that is quick.)"""
+    moment after it applied its first batch, ``rounds`` times (and with
+    ``then_stop`` run it once more and stop it with SIGTERM, which must exit 0);
+    then drain with --available-now. ``feed`` sends its own minimum and goes on until
+    the event it is given is set, after the last kill or stop: every one lands while
+    data arrives, however slow the starts. (Waiting for the batch, not a fixed time,
+    spends no test time on a start that is quick.)"""
     killed = threading.Event()
     feeding = threading.Thread(target=feed, args=(killed,))
     feeding.start()
     try:
-        for _ in range(rounds):
+        for stop in ["kill"] * rounds + ["terminate"] * then_stop:
             job = started_until_applied(config, log)
             time.sleep(rng.uniform(0, 3))
             assert job.proc.poll() is None, job.tail()
-            assert feeding.is_alive(), "data stopped arriving before the kill"
-            job.kill()
+            assert feeding.is_alive(), f"data stopped arriving before the {stop}"
+            if stop == "kill":
+                job.kill()
+            else:
+                assert job.terminate() == 0, job.tail()
     finally:
         killed.set()
     feeding.join()

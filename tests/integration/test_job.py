@@ -233,23 +233,6 @@ def test_invoice_pipeline_from_files_is_exact(db, tmp_path):
     assert sum(c for _, c in got.values()) == 228, "every 20th message lacks magic"
 
 
-def applying(db, job: JobProcess, batches: int, timeout: float = 180) -> None:
-    """Wait until the running job has applied ``batches`` more batches."""
-    acked = lambda: db.rows("SELECT COUNT(*) FROM wal_sink_ack")[0][0]  # noqa: E731
-    deadline = time.monotonic() + timeout
-    first = None
-    while time.monotonic() < deadline:
-        assert job.proc.poll() is None, job.tail()
-        try:
-            first = acked() if first is None else first
-            if acked() >= first + batches:
-                return
-        except Exception:  # the job has not created the ack table yet
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"the job applied no batch in {timeout}s:\n{job.tail()}")
-
-
 def test_datasource_writer_killed_and_stopped_lands_exactly_once(db, tmp_path):
     """job.writer = "datasource": the query stages through format("wal_sink") and
     the job's follower child applies; SIGKILL of the job's process group, then
@@ -272,19 +255,13 @@ options = {{ maxFilesPerTrigger = 1 }}""",
     )
     expected: dict[str, Decimal] = {}
     log = tmp_path / "job.log"
-    feeding = threading.Thread(target=arrive, args=(landing, expected, 60, 0.5))
-    feeding.start()
-    job = JobProcess(config, log)
-    applying(db, job, 2)
-    time.sleep(rng.uniform(0, 2))
-    job.kill()
-    job = JobProcess(config, log)
-    applying(db, job, 2)
-    time.sleep(rng.uniform(0, 2))
-    assert job.terminate() == 0, job.tail()
-    feeding.join()
-    drain = JobProcess(config, log, "--available-now")
-    assert drain.wait() == 0, drain.tail()
+    survive_kills_then_drain(
+        config,
+        log,
+        lambda stopped: arrive(landing, expected, 20, 0.5, stopped),
+        rounds=1,
+        then_stop=True,
+    )
     assert totals(db, "ds_job_totals") == expected
     text = log.read_text()
     assert "applied: rows=" in text and "query finished: stopped" in text
