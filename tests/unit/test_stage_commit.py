@@ -58,11 +58,16 @@ def fresh_writers():
     stage_commit._writers.clear()
 
 
-def task_files(config, batch_id: int, partitions: int = 2, rows: int = 3):
+def task_files(
+    config, batch_id: int, partitions: int = 2, rows: int = 3, amount: int | None = None
+):
+    """The tasks' files of one attempt: keys 0, 1, … and ``amount`` (the batch id
+    by default) in every row."""
     files = []
     for p in range(partitions):
         ks = list(range(p * rows, (p + 1) * rows))
-        batch = pa.record_batch([pa.array(ks), pa.array([batch_id] * rows)], SCHEMA)
+        amounts = [batch_id if amount is None else amount] * rows
+        batch = pa.record_batch([pa.array(ks), pa.array(amounts)], SCHEMA)
         files.append(
             write_task_file(
                 config.wal_path, Storage(), batch_id, "att", p, [batch], SCHEMA
@@ -75,6 +80,13 @@ def stage(config, run: WriterRun, batch_id: int, **kwargs):
     return StageCommitter(config, run, "/cp").commit(
         batch_id, task_files(config, batch_id, **kwargs), SCHEMA
     )
+
+
+def staged_rows(config, batch_id: int) -> list[dict]:
+    """The batch's rows as the WAL gives them back, in staged order."""
+    reader = WalReader(config.wal_path)
+    chunks = reader.read_batch(reader.staged_batch(batch_id), 100)
+    return [r for chunk in chunks for r in chunk.to_pylist()]
 
 
 def test_commit_messages_become_exactly_the_batchs_add_actions(tmp_path):
@@ -97,22 +109,20 @@ def test_commit_messages_become_exactly_the_batchs_add_actions(tmp_path):
         assert a["partition._wal_batch_id"] == 0
     assert table.transaction_version("ds") == 0
     assert "_wal_seq" in [f.name for f in table.schema().fields]
-    batch = WalReader(config.wal_path).staged_batch(0)
-    rows = [
-        r
-        for chunk in WalReader(config.wal_path).read_batch(batch, 100)
-        for r in chunk.to_pylist()
-    ]
+    rows = staged_rows(config, 0)
     assert [r["k"] for r in rows] == list(range(9)), "files replayed in stage order"
 
 
 def test_a_repeated_commit_stages_nothing(tmp_path):
+    """Spark commits batch 0 again after a crash, from an attempt whose rows differ
+    (another partitioning, other values): what the first commit staged stands."""
     config = make_config(tmp_path, max_pending=10)
     run = WriterRun("ds", "r1")
-    assert stage(config, run, 0).staged
-    again = stage(config, run, 0)
+    assert stage(config, run, 0, amount=1).staged
+    again = stage(config, run, 0, partitions=3, amount=2)
     assert not again.staged
-    assert len(WalReader(config.wal_path).staged_batch(0).files) == 2, "first stands"
+    assert len(WalReader(config.wal_path).staged_batch(0).files) == 2
+    assert staged_rows(config, 0) == [{"k": k, "amount": 1} for k in range(6)]
 
 
 def test_a_newer_run_fences_the_older_one(tmp_path):
