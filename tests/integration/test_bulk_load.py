@@ -40,7 +40,20 @@ def rows(n: int, start: int = 0):
     ]
 
 
-def run(spark, db, make_config, tmp_path, name: str, data, *, local_infile: bool):
+def run(
+    spark,
+    db,
+    make_config,
+    tmp_path,
+    name: str,
+    data,
+    *,
+    local_infile: bool,
+    in_order: bool = False,
+):
+    """A fresh table ``name`` and a started sink on it, ``data`` staged as batch 0:
+    spread over three files, or with ``in_order`` one file in ``data``'s order (its
+    chunks of 400 rows are then ``data``'s)."""
     db.execute(f"DROP TABLE IF EXISTS {name}")
     db.execute(f"CREATE TABLE {name} {DDL}")
     sink_id = name
@@ -55,8 +68,9 @@ def run(spark, db, make_config, tmp_path, name: str, data, *, local_infile: bool
     config = replace(config, mysql=replace(config.mysql, local_infile=local_infile))
     instance = SinkInstance(config)
     committer = instance.start()
+    df = spark.createDataFrame(data, SCHEMA)
     stage(
-        spark.createDataFrame(data, SCHEMA).repartition(3),
+        df.coalesce(1) if in_order else df.repartition(3),
         WalWriter(config.wal_path, sink_id),
         0,
     )
@@ -69,16 +83,32 @@ def clean(db):
         db.execute(f"DROP TABLE IF EXISTS {t}")
 
 
-def test_fast_path_gives_the_row_path_result(spark, db, make_config, tmp_path, caplog):
+def test_fast_path_gives_the_row_path_result(
+    spark, db, make_config, tmp_path, caplog, calls
+):
     long_label = [
         ("k5", Decimal(1), "x" * 20, True, None, 999)
     ] * 3  # LOAD would truncate
     data = rows(700) + long_label + rows(800, start=700)
-    _, slow = run(spark, db, make_config, tmp_path, "slow", data, local_infile=False)
-    _, fast = run(spark, db, make_config, tmp_path, "fast", data, local_infile=True)
+    _, slow = run(
+        spark,
+        db,
+        make_config,
+        tmp_path,
+        "slow",
+        data,
+        local_infile=False,
+        in_order=True,
+    )
+    _, fast = run(
+        spark, db, make_config, tmp_path, "fast", data, local_infile=True, in_order=True
+    )
     slow_result, fast_result = slow.apply(0), fast.apply(0)
     assert (slow_result.rows, slow_result.quarantined) == (1500, 3)
     assert (fast_result.rows, fast_result.quarantined) == (1500, 3)
+    # Chunks of 400: the second holds the long labels and goes row by row on both
+    # paths; the other 1103 rows went by multi-row INSERTs (slow), by LOAD DATA (fast).
+    assert calls == {"multi_row": 1103, "local_infile": 1103}
     assert "refused" not in caplog.text
     cols = "k, amount, label, flag, ts, seq"
     assert db.rows(f"SELECT {cols} FROM fast ORDER BY k") == db.rows(
@@ -88,18 +118,29 @@ def test_fast_path_gives_the_row_path_result(spark, db, make_config, tmp_path, c
 
 
 def test_fast_path_quarantines_poison_rows_like_the_row_path(
-    spark, db, make_config, tmp_path
+    spark, db, make_config, tmp_path, calls
 ):
-    data = rows(300) + [
+    """Chunks of 400: the first is clean, LOAD DATA takes it; the second ends with
+    two rows MySQL refuses, so LOAD DATA and then the multi-row path fail it whole
+    and row by row sets those two aside; the third is a null key's (row by row)."""
+    data = rows(798) + [
         ("k1", None, "nullamt", True, None, 1),
         ("toolong-key-0123456789", Decimal(1), "x", True, None, 1),
         (None, Decimal(1), "nullkey", True, None, 1),
     ]
     config, fast = run(
-        spark, db, make_config, tmp_path, "fastbad", data, local_infile=True
+        spark,
+        db,
+        make_config,
+        tmp_path,
+        "fastbad",
+        data,
+        local_infile=True,
+        in_order=True,
     )
     result = fast.apply(0)
-    assert (result.rows, result.quarantined) == (300, 3)
+    assert (result.rows, result.quarantined) == (798, 3)
+    assert calls == {"multi_row": 0, "local_infile": 400}
     entries = Quarantine(config.quarantine_path, "fastbad").read(10)
     assert sorted(e["reason"].split(":")[0] for e in entries) == [
         "MySQL error 1048",
@@ -122,7 +163,7 @@ def local_infile_off(mariadb):
 
 
 def test_refused_local_infile_falls_back(
-    spark, db, mariadb, make_config, caplog, tmp_path
+    spark, db, mariadb, make_config, caplog, tmp_path, calls
 ):
     with local_infile_off(mariadb):
         _, fast = run(
@@ -131,13 +172,14 @@ def test_refused_local_infile_falls_back(
         chunks: list[int] = []
         result = fast.apply(0, on_chunk=lambda done, total: chunks.append(done))
         assert result.rows == 500
+    assert calls == {"multi_row": 500, "local_infile": 0}
     assert len(chunks) >= 2  # refused once, not once per chunk
     assert caplog.text.count("LOAD DATA LOCAL INFILE refused") == 1, caplog.text
     assert db.rows("SELECT COUNT(*) FROM refused") == [(37,)]
 
 
 def test_load_data_refused_from_one_batch_on_is_tried_once_not_per_chunk(
-    spark, db, mariadb, make_config, caplog, tmp_path
+    spark, db, mariadb, make_config, caplog, tmp_path, calls
 ):
     """LOAD DATA worked for batch 0; the server refuses it from batch 1 on. The
     prefetch thread decided batch 1's second chunk (LOAD DATA) while the first was
@@ -146,18 +188,20 @@ def test_load_data_refused_from_one_batch_on_is_tried_once_not_per_chunk(
         spark, db, make_config, tmp_path, "flip", rows(500), local_infile=True
     )
     assert committer.apply(0).rows == 500
+    assert calls == {"multi_row": 0, "local_infile": 500}
     later = spark.createDataFrame(rows(2000, start=500), SCHEMA).repartition(3)
     stage(later, WalWriter(config.wal_path, "flip"), 1)
     with local_infile_off(mariadb):
         chunks: list[int] = []
         result = committer.apply(1, on_chunk=lambda done, total: chunks.append(done))
         assert result.rows == 2000
+    assert calls == {"multi_row": 2000, "local_infile": 500}
     assert len(chunks) >= 3
     assert caplog.text.count("LOAD DATA LOCAL INFILE refused") == 1, caplog.text
     assert db.rows("SELECT COUNT(*) FROM flip") == [(37,)]
 
 
-def test_fast_path_is_atomic(spark, db, make_config, tmp_path):
+def test_fast_path_is_atomic(spark, db, make_config, tmp_path, calls):
     """I3 on the fast path: nothing visible before COMMIT."""
     _, fast = run(
         spark, db, make_config, tmp_path, "atomic", rows(2000), local_infile=True
@@ -170,4 +214,5 @@ def test_fast_path_is_atomic(spark, db, make_config, tmp_path):
         ),
     )
     assert len(seen) >= 5 and set(seen) == {0}
+    assert calls == {"multi_row": 0, "local_infile": 2000}
     assert db.rows("SELECT COUNT(*) FROM atomic") == [(37,)]

@@ -40,8 +40,10 @@ def users(db):
     return lambda: {r[0]: (r[1], r[2]) for r in db.rows("SELECT * FROM users")}
 
 
-def users_config(make_config, mode: str = "refuse", **mysql):
-    config = make_config(table="users", key=["id"], merge={"visits": "add"})
+def users_config(make_config, mode: str = "refuse", chunk_rows: int = 1000, **mysql):
+    config = make_config(
+        table="users", key=["id"], merge={"visits": "add"}, chunk_rows=chunk_rows
+    )
     return replace(config, mysql=replace(config.mysql, unique_conflicts=mode, **mysql))
 
 
@@ -113,11 +115,23 @@ SET_ASIDE = {
 }
 
 
-@pytest.mark.parametrize("path", ["multi-row", "load-data", "cdc"])
+@pytest.mark.parametrize(
+    "path, fast",
+    [
+        ("multi-row", {"multi_row": 3, "local_infile": 0}),
+        ("load-data", {"multi_row": 0, "local_infile": 3}),
+        ("cdc", {"multi_row": 0, "local_infile": 0}),
+    ],
+)
 def test_quarantine_sets_aside_records_that_would_reach_another_row(
-    spark, db, users, make_config, path
+    spark, db, users, make_config, calls, path, fast
 ):
-    config = users_config(make_config, "quarantine", local_infile=path == "load-data")
+    """Chunks of two rows: those holding a record that would reach another row
+    (7, 9, 1) fall from the fast path to row by row, which sets it aside; the
+    others (10 and 11, 3) go the fast way. CDC goes row by row throughout."""
+    config = users_config(
+        make_config, "quarantine", chunk_rows=2, local_infile=path == "load-data"
+    )
     rows, schema = BATCH, SCHEMA
     if path == "cdc":  # the driver's row path, in cdc.order_by order
         config = replace(
@@ -136,6 +150,7 @@ def test_quarantine_sets_aside_records_that_would_reach_another_row(
     sink.close()
     assert {k: v[:2] for k, v in users().items()} == EXPECTED
     assert db.rows("SELECT row_count, quarantined FROM wal_sink_ack") == [(6, 3)]
+    assert calls == fast
     entries = Quarantine(config.quarantine_path, "s1").read(100)
     reasons = {json.loads(e["record"])["id"]: e["reason"] for e in entries}
     assert reasons == SET_ASIDE
