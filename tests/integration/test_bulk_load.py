@@ -142,12 +142,20 @@ def test_fast_path_quarantines_poison_rows_like_the_row_path(
     assert (result.rows, result.quarantined) == (798, 3)
     assert calls == {"multi_row": 0, "local_infile": 400}
     entries = Quarantine(config.quarantine_path, "fastbad").read(10)
-    assert sorted(e["reason"].split(":")[0] for e in entries) == [
-        "MySQL error 1048",
-        "MySQL error 1406",
-        "null key column(s)",
+    record = {"flag": True, "seq": 1, "ts": None}
+    assert sorted(
+        (e["reason"].split(":")[0], json.loads(e["record"])) for e in entries
+    ) == [
+        ("MySQL error 1048", {**record, "k": "k1", "amount": None, "label": "nullamt"}),
+        (
+            "MySQL error 1406",
+            {**record, "k": "toolong-key-0123456789", "amount": "1.00", "label": "x"},
+        ),
+        (
+            "null key column(s)",
+            {**record, "k": None, "amount": "1.00", "label": "nullkey"},
+        ),
     ]
-    assert json.loads(entries[0]["record"])
 
 
 @contextmanager
