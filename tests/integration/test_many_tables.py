@@ -20,6 +20,7 @@ from wal_sink.ops.quarantine_entries import list_entries
 from wal_sink.ops.quarantine_retry import plan_retry, run_retry
 from wal_sink.ops.status import collect_status
 from wal_sink.protocol.sink_instance import SinkInstance
+from wal_sink.wal.reader import WalReader
 
 SCHEMA = pa.schema(
     [
@@ -191,15 +192,29 @@ def test_a_child_whose_parent_was_set_aside_is_retried_after_it(db, shop, config
     assert by_table == {"orders": "retried"}
 
 
-def test_a_long_batch_is_read_again_per_table_and_stays_in_order(shop, config):
+def test_a_long_batch_is_read_again_per_table_and_stays_in_order(
+    shop, config, monkeypatch
+):
     """A run longer than mysql.max_transaction_rows is not held: each table's rows
-    are read again from the WAL, parents first."""
+    are read again from the WAL, parents first (the orders come first in the
+    batch; their customers must be there before them)."""
+    reads: list[int] = []
+    real = WalReader.read_batch
+
+    def counted(self, batch, chunk_rows):
+        reads.append(batch.batch_id)
+        return real(self, batch, chunk_rows)
+
+    monkeypatch.setattr(WalReader, "read_batch", counted)
     rows = [row("orders", id=100 + i, customer_id=i, amount="1") for i in range(5)]
-    rows += [row("customers", id=i, name=f"c{i}", amount="1") for i in range(5)]
+    rows += [row("customers", id=i, name=f"c{i}", amount=f"{i}") for i in range(5)]
     sink = apply(config(max_transaction_rows=3), rows)
     sink.close()
-    customers, orders = shop()
-    assert len(customers) == 5 and len(orders) == 5
+    assert reads == [0, 0, 0], "read once, then once per table"
+    assert shop() == (
+        [(i, f"c{i}", Decimal(i)) for i in range(5)],
+        [(100 + i, i, Decimal(1)) for i in range(5)],
+    )
 
 
 @pytest.mark.parametrize(
