@@ -17,6 +17,8 @@ from tests.helpers import stage_rows
 from wal_sink.config import config_from_dict
 from wal_sink.errors import TransientError
 from wal_sink.mysql import table_ddl
+from wal_sink.mysql.table_ddl import TablePlan
+from wal_sink.protocol import target_ddl
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.protocol.target_ddl import prepare_targets
 
@@ -105,25 +107,45 @@ def test_auto_evolve_adds_a_column_nullable_and_never_changes_one(db, config, ca
     assert db.rows("SELECT quarantined FROM wal_sink_ack") == [(1,)]
 
 
-def test_ddl_runs_once_when_two_sinks_start_at_once(db, config):
+def test_ddl_runs_once_when_two_sinks_start_at_once(db, config, monkeypatch):
+    """Four starts at once, each having found the table missing: one creates it
+    (the server counts one CREATE TABLE), the others find it made under the lock."""
     cfg = config(auto_create=True, auto_evolve=True)
     sink = SinkInstance(cfg)
+    plans: list[TablePlan] = []
     failures: list[BaseException] = []
+    all_found_it_missing = threading.Barrier(4)
+
+    def plan_then_wait(*args):
+        plan = table_ddl.plan_table(*args)
+        all_found_it_missing.wait(30)
+        return plan
+
+    monkeypatch.setattr(target_ddl, "plan_table", plan_then_wait)
 
     def start() -> None:
         try:
-            prepare_targets(sink.engine, cfg, SCHEMA)
+            (plan,) = prepare_targets(sink.engine, cfg, SCHEMA)
+            plans.append(plan)
         except BaseException as e:  # noqa: BLE001 - reported below
             failures.append(e)
 
+    def creates() -> int:
+        return int(db.rows("SHOW GLOBAL STATUS LIKE 'Com_create_table'")[0][1])
+
+    before = creates()
     threads = [threading.Thread(target=start) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    created = creates() - before
+    monkeypatch.undo()
     again = prepare_targets(sink.engine, cfg, SCHEMA)
     sink.close()
     assert failures == []
+    assert created == 1, "one CREATE TABLE reached the server"
+    assert sorted(p.create is not None for p in plans) == [False, False, False, True]
     assert [p.statements for p in again] == [[]], "nothing left to do: idempotent"
 
 
