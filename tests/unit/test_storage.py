@@ -97,5 +97,5 @@ def test_storage_mistakes_are_one_line(wal_path, storage, message):
 def test_s3_uris_are_named_for_each_side():
     assert is_s3("s3a://b/p") and is_s3("S3://b/p") and not is_s3("/tmp/s3a")
     assert spark_uri("s3://b/wal") == "s3a://b/wal"
-    assert spark_uri("s3a://b/wal") == spark_uri("s3a://b/wal")
+    assert spark_uri("s3a://b/wal") == "s3a://b/wal"
     assert spark_uri("/tmp/wal") == "/tmp/wal"
