@@ -20,7 +20,9 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from tests.helpers import REPO, WAL_SINK, cli, delta_log, ops_config, ops_sink, totals
 from wal_sink.spark.staging import stage
@@ -84,18 +86,31 @@ def wal_state(spark, db, tmp_path):
 
 
 def test_status_json_is_stable_and_exits_zero_every_time(wal_state):
-    outputs = []
-    for _ in range(6):
+    def status() -> dict:
         r = cli(wal_state, "status", "--json")
         assert r.returncode == 0, r.stderr
-        outputs.append(json.loads(r.stdout))
-    st = outputs[0]
+        return json.loads(r.stdout)
+
+    asked = time.time()
+    st = status()
+    answered = time.time()
+    others = [status() for _ in range(5)]
     assert set(st) == STATUS_KEYS
     assert (st["staged_batches"], st["acked_batches"], st["unacked"]) == (3, 2, [1])
-    assert st["pending_batches"] == 1 and st["commit_lag_seconds"] >= 0
+    # Batch 1, unacked, has waited since its files were staged.
+    wal = DeltaTable(str(wal_state.parent / "wal"))
+    files = pa.table(wal.get_add_actions(flatten=True)).to_pylist()
+    staged_at = max(
+        f["modification_time"] / 1000
+        for f in files
+        if f["partition._wal_batch_id"] == 1
+    )
+    assert st["pending_batches"] == 1
+    assert asked - staged_at - 0.001 <= st["commit_lag_seconds"]
+    assert st["commit_lag_seconds"] <= answered - staged_at + 0.001
     assert (st["staged_first"], st["staged_last"], st["last_staged_txn"]) == (0, 2, 2)
     assert (st["rows_applied"], st["wal_rows"], st["lag_batches"]) == (8, 12, 0)
-    assert st["lease_epoch"] == 1 and st["wal_files"] >= 3
+    assert st["lease_epoch"] == 1 and st["wal_files"] == len(files)
     assert st["tables"] == {
         "ops_totals": {
             "rows_applied": 8,
@@ -105,7 +120,7 @@ def test_status_json_is_stable_and_exits_zero_every_time(wal_state):
             "tombstones": None,
         }
     }, "one table: its counts are the ack rows'"
-    for other in outputs[1:]:
+    for other in others:
         clocks = ("lag_seconds", "commit_lag_seconds")
         assert {k: v for k, v in other.items() if k not in clocks} == {
             k: v for k, v in st.items() if k not in clocks
