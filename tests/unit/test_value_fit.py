@@ -63,7 +63,10 @@ def test_a_column_holding_every_value_does_not_narrow(kind, column_type):
 CASES = [
     # (stream type, column type, values that land as sent, values that change)
     (pa.decimal128(12, 4), "decimal(12,2)", [Decimal("1.2300"), Decimal("-5")],
-     [Decimal("1.2345"), Decimal("9.9999"), Decimal("-0.0050")]),
+     [Decimal("1.2345"), Decimal("9.9999"), Decimal("-0.0050"),
+      Decimal("-99999999.9999")]),  # rounds past the stream type's precision
+    (pa.decimal128(38, 4), "decimal(38,2)", [Decimal("1.25")],
+     [Decimal("9" * 34 + ".9999")]),
     (pa.decimal128(12, 2), "int(11)", [Decimal("7.00")], [Decimal("1.50")]),
     (pa.decimal128(20, 8), "double", [Decimal("0.1"), Decimal("123456.5")],
      [Decimal("1234567890.12345678"), Decimal("9999999999.99999999")]),

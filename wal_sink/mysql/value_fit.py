@@ -478,6 +478,14 @@ def _text_form(col: _Column) -> tuple[str, str] | None:
 
 def _rounds_to(scale: int) -> Check:
     def check(values: pa.Array) -> pa.Array:
+        # One digit more: 999.99 rounds to 1000.0, past the stream type's precision.
+        digits = values.type.precision + 1
+        wider = (
+            pa.decimal128(digits, values.type.scale)
+            if digits <= 38
+            else (pa.decimal256(digits, values.type.scale))
+        )
+        values = values.cast(wider)
         rounded = pc.round(values, ndigits=scale, round_mode="half_towards_infinity")
         return pc.not_equal(rounded, values)
 
