@@ -5,11 +5,12 @@ rows set aside before MySQL sees them."""
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import pyarrow as pa
 import pytest
 
+from wal_sink.protocol import batch_rows
 from wal_sink.protocol.batch_rows import _coalesced, prefetched
 from wal_sink.protocol.row_by_row import drop_non_finite, drop_null_keys, split_runs
 
@@ -56,7 +57,9 @@ def test_prefetch_raises_what_preparing_raised_in_its_place(pool):
     assert seen == [0, 1]
 
 
-def test_prefetch_stopped_early_finishes_the_item_in_progress(pool):
+def test_prefetch_stopped_early_finishes_the_item_in_progress(pool, monkeypatch):
+    """Item 1 is let finish only once the caller's stop waits for it: a stop that
+    returned without waiting would find it unfinished."""
     started, release = threading.Event(), threading.Event()
     finished = []
 
@@ -67,10 +70,14 @@ def test_prefetch_stopped_early_finishes_the_item_in_progress(pool):
         finished.append(i)
         return i
 
+    def waiting_lets_it_finish(futures):
+        release.set()
+        return wait(futures)
+
+    monkeypatch.setattr(batch_rows, "wait", waiting_lets_it_finish)
     items = prefetched(iter(range(3)), prepare, pool)
     assert next(items) == (0, 0)
-    started.wait(5)
-    threading.Timer(0.2, release.set).start()
+    assert started.wait(5)
     items.close()  # the caller stops: returns once item 1 is prepared, not before
     assert finished == [0, 1]
 

@@ -1,6 +1,8 @@
 """The committer thread behind Spark without Spark or MySQL: backpressure, the stop
 signal, close, and a committer's failure reaching the stage. The committer is a
-stand-in that applies nothing: each group waits until the test lets it commit."""
+stand-in that applies nothing: each group waits until the test lets it commit. A
+thread is known to be blocked when it was seen waiting on the condition it waits
+on, not after some time."""
 
 from __future__ import annotations
 
@@ -9,14 +11,63 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from wal_sink.errors import StopRequested, TerminalError
+from wal_sink.protocol import pipeline as pipeline_module
+from wal_sink.protocol import stop_signal
 from wal_sink.protocol.committer import CommitResult
 from wal_sink.protocol.pipeline import Handoff, Pipeline
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.wal.model import StagedBatch, StagedFile
+
+
+class WatchedCondition(threading.Condition):
+    """A condition that remembers which threads have waited on it."""
+
+    def __init__(self, lock: Any = None) -> None:
+        super().__init__(lock)
+        self._seen = threading.Condition()
+        self._waited: set[threading.Thread] = set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self._seen:
+            self._waited.add(threading.current_thread())
+            self._seen.notify_all()
+        return super().wait(timeout)
+
+    def until_waited(self, thread: threading.Thread, timeout: float = 5) -> bool:
+        """Whether ``thread`` waits, or has waited, on this condition (within
+        ``timeout`` seconds)."""
+        with self._seen:
+            return self._seen.wait_for(lambda: thread in self._waited, timeout)
+
+
+class InThread(threading.Thread):
+    """``call()`` on a thread of its own, as foreachBatch calls ``wait_for_room``
+    or a part of the sink waits for its stop signal."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        super().__init__(daemon=True)
+        self.call = call
+        self.result: Any = None
+        self.raised: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.result = self.call()
+        except BaseException as e:
+            self.raised = e
+
+    def waits_on(self, condition: WatchedCondition) -> bool:
+        """Seen waiting on ``condition`` (it waits only while it cannot go on), and
+        not returned since."""
+        return condition.until_waited(self) and self.is_alive()
 
 
 class GatedCommitter:
@@ -64,31 +115,14 @@ def stop():
 
 
 @pytest.fixture
-def pipeline(committer, stop):
-    pipeline = Pipeline(committer, stop, max_pending=2, max_transaction_rows=1)
+def pipeline(committer, stop, monkeypatch):
+    with monkeypatch.context() as m:  # its condition watched, from the start
+        watched = SimpleNamespace(Condition=WatchedCondition, Thread=threading.Thread)
+        m.setattr(pipeline_module, "threading", watched)
+        pipeline = Pipeline(committer, stop, max_pending=2, max_transaction_rows=1)
     yield pipeline
     committer.let_commit(10)  # nothing left waiting at the gate
     pipeline.close(timeout=5)
-
-
-class Stage(threading.Thread):
-    """``wait_for_room`` on a thread of its own, as foreachBatch calls it."""
-
-    def __init__(self, pipeline: Pipeline) -> None:
-        super().__init__(daemon=True)
-        self.pipeline = pipeline
-        self.raised: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.pipeline.wait_for_room()
-        except BaseException as e:
-            self.raised = e
-
-    def blocked(self) -> bool:
-        self.join(0.3)
-        return self.is_alive()
 
 
 def test_wait_for_room_blocks_at_max_pending_and_resumes_when_a_group_commits(
@@ -99,8 +133,8 @@ def test_wait_for_room_blocks_at_max_pending_and_resumes_when_a_group_commits(
     assert committer.group_started() == [0]
     pipeline.wait_for_room()  # one of two pending
     pipeline.submit(handoff(1))
-    stage = Stage(pipeline)
-    assert stage.blocked(), "two pending of max_pending = 2: no room"
+    stage = InThread(pipeline.wait_for_room)
+    assert stage.waits_on(pipeline._changed), "two pending of max_pending = 2: no room"
     committer.let_commit()
     stage.join(5)
     assert not stage.is_alive() and stage.raised is None
@@ -114,8 +148,8 @@ def test_a_stage_waiting_for_room_gives_up_when_asked_to_stop_taking_batches(
     for batch_id in (0, 1):
         pipeline.submit(handoff(batch_id))
     assert committer.group_started() == [0]
-    stage = Stage(pipeline)
-    assert stage.blocked()
+    stage = InThread(pipeline.wait_for_room)
+    assert stage.waits_on(pipeline._changed)
     stop.stop_taking_batches()
     stage.join(5)
     assert not stage.is_alive()
@@ -131,7 +165,7 @@ def test_close_ends_the_thread_after_the_group_in_progress(pipeline, committer):
     for batch_id in (0, 1):
         pipeline.submit(handoff(batch_id))
     assert committer.group_started() == [0]
-    assert not pipeline.close(timeout=0.3), "group 0 is still in its transaction"
+    assert not pipeline.close(timeout=0), "group 0 is still in its transaction"
     assert pipeline._thread.is_alive()
     committer.let_commit()
     assert pipeline.close(timeout=5)
@@ -157,8 +191,8 @@ def test_a_committer_failure_reaches_the_waiting_stage_and_the_next_submit(
     for batch_id in (0, 1):
         pipeline.submit(handoff(batch_id))
     committer.group_started()
-    stage = Stage(pipeline)
-    assert stage.blocked()
+    stage = InThread(pipeline.wait_for_room)
+    assert stage.waits_on(pipeline._changed)
     committer.let_commit()
     stage.join(5)
     assert not stage.is_alive()
@@ -169,17 +203,24 @@ def test_a_committer_failure_reaches_the_waiting_stage_and_the_next_submit(
     assert pipeline.close(timeout=0), "the thread ended on the failure"
 
 
-def test_stop_levels_rise_and_wake_whoever_waits():
+def test_stop_levels_rise_and_wake_whoever_waits(monkeypatch):
+    monkeypatch.setattr(stop_signal, "WAKE_SECONDS", 60)  # only a wake-up is quick
     stop = StopSignal()
+    stop._changed = WatchedCondition(threading.RLock())
     assert not stop.stopping and not stop.now
     assert not stop.wait(0.05)
-    threading.Timer(0.2, stop.stop_taking_batches).start()
-    started = time.monotonic()
-    assert stop.wait(10)
-    assert time.monotonic() - started < 5 and stop.stopping and not stop.now
+    waiter = InThread(lambda: stop.wait(30))
+    assert waiter.waits_on(stop._changed)
+    stop.stop_taking_batches()
+    waiter.join(5)
+    assert not waiter.is_alive() and waiter.result is True
+    assert stop.stopping and not stop.now
     assert not stop.wait(0.05, now=True), "stopping is not stopping now"
-    threading.Timer(0.2, stop.stop_now).start()
-    assert stop.wait(10, now=True) and stop.now
+    waiter = InThread(lambda: stop.wait(30, now=True))
+    assert waiter.waits_on(stop._changed)
+    stop.stop_now()
+    waiter.join(5)
+    assert not waiter.is_alive() and waiter.result is True and stop.now
     stop.stop_taking_batches()
     assert stop.now, "a level never falls"
 
