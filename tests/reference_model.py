@@ -14,8 +14,11 @@ The model's rules, in the order a record meets them (``ReferenceModel._upsert`` 
   skipped — tombstones belong to the table, whichever sink left them — before any
   other value is judged (stale history is not bad data, docs/merge.md);
 - NaN or infinity in a float, a value that does not fit its column (too long, out
-  of range, NULL into NOT NULL): set aside; an ``add`` into an existing row checks
-  the sum instead;
+  of range, NULL into NOT NULL) or that the column would change (a column narrower
+  than the stream's type: more decimals than its scale, a fraction of a second it
+  drops, a DOUBLE a FLOAT does not hold): set aside; an ``add`` into an existing row
+  checks the sum's range instead of the value's (the value must still land as
+  sent);
 - the merge: key columns never change (the first text inserted stays);
   ``overwrite`` takes the new value, with a version column only when the stored
   version is NULL or the record's is non-NULL and >= it (the version column alike);
@@ -35,16 +38,29 @@ table's in staged order; a delete of a ``t`` row that ``u`` rows reference is re
 batch's entries again the same way.
 
 Which sinks are refused at start (``refusal``) is decided from the shape and the
-configs alone.
+configs alone: among them a key or version column narrower than the stream's type,
+and two tables of one sink keeping their tombstones in one table.
+
+Each record set aside carries the kinds of reason it may be set aside for (REASONS:
+a record with two faults may be set aside for either). Tombstones are the table's:
+one per key, holding the highest version deleted and the sink that recorded it; a
+sink's purge expires only those it recorded. ``take_stamped`` says which rows MySQL
+inserted or changed since it was last asked (``ON UPDATE`` and ``DEFAULT
+CURRENT_TIMESTAMP`` columns take the time then): ``updated`` the keys whose row an
+upsert changed, ``inserted`` those inserted (an AFTER INSERT trigger fires, an
+AUTO_INCREMENT column takes a new value);
+``audit`` is what the target's AFTER INSERT trigger wrote.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 APPLIED = "applied"
@@ -60,6 +76,26 @@ RANGES = {
     "uint": (0, 2**32 - 1),
 }
 CI = "utf8mb4_general_ci"
+STREAM_FSP = 6
+"""The stream's timestamps are microseconds."""
+STREAM_SCALE = 4
+"""A decimal column's stream type is DECIMAL(10, 4)."""
+DECIMAL_DIGITS = 10
+
+# Why a record is set aside (the kinds its reason may be of).
+NULL_KEY = "null key"
+NOT_FINITE = "not finite"
+NULL = "null"  # NULL into NOT NULL (or a TIMESTAMP NOT NULL MySQL would fill)
+RANGE = "range"  # out of range, too long
+NARROW = "narrow"  # the column would change the value
+PARENT = "parent"  # no parent row (1452)
+CHILD = "child"  # a child row refuses the delete (1451)
+UNIQUE = "unique"  # another unique index holds the value
+ROUTE = "route"  # the route names no table
+VERSION = "version"  # a key or version the tombstones cannot hold
+WHOLE = "whole"  # quarantine-batch
+REASONS = (NULL_KEY, NOT_FINITE, NULL, RANGE, NARROW, PARENT, CHILD, UNIQUE, ROUTE,
+           VERSION, WHOLE)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -68,7 +104,9 @@ class Column:
 
     name: str
     kind: str
-    """bigint, int, uint, varchar, timestamp, datetime or double."""
+    """bigint, int, uint, varchar, timestamp, datetime, double, float (a FLOAT the
+    stream writes DOUBLEs into) or decimal (DECIMAL(10, scale), the stream's
+    DECIMAL(10, 4))."""
     nullable: bool = True
     has_default: bool = True
     """False: NOT NULL without a default (an insert must write it)."""
@@ -78,6 +116,10 @@ class Column:
     """ON UPDATE CURRENT_TIMESTAMP."""
     generated: bool = False
     auto_increment: bool = False
+    fsp: int = 0
+    """Digits of a second a timestamp or datetime column keeps."""
+    scale: int = STREAM_SCALE
+    """A decimal column's."""
 
     def fits(self, value: Any) -> bool:
         """Whether a non-NULL ``value`` can be stored in this column."""
@@ -88,8 +130,29 @@ class Column:
             return len(value) <= self.length
         if self.kind == "timestamp":
             return TS_MIN <= value <= TS_MAX
-        if self.kind == "double":
+        if self.kind in ("double", "float"):
             return math.isfinite(value)
+        if self.kind == "decimal":
+            return abs(value) < Decimal(10) ** (DECIMAL_DIGITS - self.scale)
+        return True
+
+    @property
+    def narrows(self) -> bool:
+        """The column cannot hold every value of the stream's type as sent."""
+        if self.kind in ("timestamp", "datetime"):
+            return self.fsp < STREAM_FSP
+        return self.kind == "float" or (
+            self.kind == "decimal" and self.scale < STREAM_SCALE
+        )
+
+    def lands(self, value: Any) -> bool:
+        """Whether a non-NULL ``value`` that fits is stored as sent."""
+        if self.kind in ("timestamp", "datetime"):
+            return value.microsecond % 10 ** (STREAM_FSP - self.fsp) == 0
+        if self.kind == "decimal":
+            return value == round(value, self.scale)
+        if self.kind == "float" and math.isfinite(value):
+            return _single(value) == value
         return True
 
     def collate(self, value: Any) -> Any:
@@ -99,6 +162,16 @@ class Column:
             return value
         text = value.casefold() if self.collation.endswith("_ci") else value
         return text.rstrip(" ")
+
+
+def _single(value: float) -> float:
+    """The double a FLOAT column stores ``value`` as, read as its shortest text."""
+    single = struct.unpack("f", struct.pack("f", value))[0]
+    for digits in range(1, 10):
+        text = f"{single:.{digits}g}"
+        if struct.unpack("f", struct.pack("f", float(text)))[0] == single:
+            return float(text)
+    return single
 
 
 @dataclass(frozen=True)
@@ -154,6 +227,14 @@ class Sink:
     unique_conflicts: str = "refuse"
     routed: Routed | None = None
     """Routed to ``t`` and ``u``: ``stream`` and the settings above are ``t``'s."""
+    shared_tombstones: bool = False
+    """Routed, with ``u`` versioned too and both tables' ``tombstone_table`` one
+    name: refused at start."""
+    spelled: tuple[tuple[str, str], ...] = ()
+    """Columns the stream spells otherwise than the table: (table's, stream's)."""
+    named: tuple[tuple[str, str], ...] = ()
+    """Columns the config spells otherwise than the table: (table's, config's).
+    MySQL's column names are case-insensitive, and so are the sink's."""
 
     def policy(self, column: str) -> str:
         return dict(self.merge).get(column, "overwrite")
@@ -185,6 +266,23 @@ class Ack:
     quarantined: int = 0
     skipped: int = 0
     state: str = "applied"
+    tables: dict[str, list[int]] = field(default_factory=dict)
+    """A routed sink's counts per table (``""``: routes naming none): rows,
+    deleted, quarantined, skipped."""
+
+    def count(self, table: str | None, outcome: str) -> None:
+        """One record's outcome, in the batch's and (routed) its table's counts."""
+        at = {APPLIED: 0, DELETED: 1, QUARANTINED: 2, SKIPPED: 3}[outcome]
+        if outcome == QUARANTINED:
+            self.quarantined += 1
+        elif outcome == SKIPPED:
+            self.skipped += 1
+        elif outcome == DELETED:
+            self.deleted += 1
+        else:
+            self.rows += 1
+        if table is not None:
+            self.tables.setdefault(table, [0, 0, 0, 0])[at] += 1
 
 
 @dataclass
@@ -198,6 +296,8 @@ class Entry:
     is_open: bool = True
     superseded: bool = False
     """Its batch was applied again (replay --force): never retried."""
+    kinds: frozenset[str] = frozenset()
+    """What its reason may say (REASONS)."""
 
     @property
     def retriable(self) -> bool:
@@ -207,6 +307,8 @@ class Entry:
 @dataclass
 class Tombstone:
     version: Any
+    sink_id: str
+    """The sink that recorded the key's newest delete: its purge expires it."""
     expired: bool = False
     """Older than the retention (time passed since it was last raised)."""
 
@@ -231,8 +333,14 @@ class ReferenceModel:
         self.parents = set(parents or ())
         self.rows: dict[tuple, dict[str, Any]] = {}
         """By collated key; each with its columns as stored."""
-        self.tombstones: dict[tuple[str, tuple], Tombstone] = {}
-        """By (sink id, collated key)."""
+        self.tombstones: dict[tuple, Tombstone] = {}
+        """By collated key: the target's, whichever sink recorded them."""
+        self.updated: set[tuple] = set()
+        """Keys whose stored row an upsert changed since ``take_stamped``."""
+        self.inserted: set[tuple] = set()
+        """Keys whose row was inserted since ``take_stamped``."""
+        self.audit: list[str] = []
+        """What the AFTER INSERT trigger wrote: each insert's first key column."""
         self.children: Counter[tuple] = Counter()
         """Rows of the child table per collated key."""
         self.u_rows: dict[Any, dict[str, Any]] = {}
@@ -284,6 +392,15 @@ class ReferenceModel:
         triggered = [c for c in target.before_trigger_sets if c in sink.written]
         if triggered:
             found.append(f"a BEFORE trigger assigns stream column(s): {triggered}")
+        narrow = [
+            c
+            for c in (*sink.key, sink.version)
+            if c in sink.written and target.column(c).narrows
+        ]
+        if narrow:
+            found.append(f"key or version column(s) narrower than the stream: {narrow}")
+        if sink.shared_tombstones:
+            found.append(f"two tables share one tombstone table: {['t_tombstones']}")
         if sink.unique_conflicts == "refuse" and self._reachable(sink):
             found.append(f"another unique index is reachable: {self._reachable(sink)}")
         if not sink.guarded and any(
@@ -331,19 +448,21 @@ class ReferenceModel:
         records = state.batches[batch_id]
         position = {id(r): i for i, r in enumerate(records)}
         for record in self.routed_order(sink_id, records):
-            outcome = self.apply_record(sink_id, record)
+            outcome, kinds = self.apply_record(sink_id, record)
             if outcome == QUARANTINED:
                 state.entries.append(
-                    Entry(batch_id, dict(record), position[id(record)])
+                    Entry(batch_id, dict(record), position[id(record)], kinds=kinds)
                 )
-                ack.quarantined += 1
-            elif outcome == SKIPPED:
-                ack.skipped += 1
-            elif outcome == DELETED:
-                ack.deleted += 1
-            else:
-                ack.rows += 1
+            ack.count(self.table_of(sink_id, record), outcome)
         state.acks[batch_id] = ack
+
+    def table_of(self, sink_id: str, record: dict[str, Any]) -> str | None:
+        """The table a routed sink's record counts under (``""``: none); None for
+        a sink of one table."""
+        if self.sinks[sink_id].routed is None:
+            return None
+        route = record.get(Routed.ROUTE)
+        return route if route in ("t", "u") else ""
 
     def set_aside(self, sink_id: str, batch_id: int) -> None:
         """``quarantine-batch N``: the lowest pending batch, whole, to quarantine."""
@@ -351,7 +470,10 @@ class ReferenceModel:
             raise ValueError(f"batch {batch_id} is not the lowest pending one")
         state = self.state[sink_id]
         records = state.batches[batch_id]
-        state.entries += [Entry(batch_id, dict(r), i) for i, r in enumerate(records)]
+        whole = frozenset({WHOLE})
+        state.entries += [
+            Entry(batch_id, dict(r), i, kinds=whole) for i, r in enumerate(records)
+        ]
         state.acks[batch_id] = Ack(quarantined=len(records), state="quarantined")
 
     def replay(self, sink_id: str, first: int, last: int) -> list[int]:
@@ -386,9 +508,9 @@ class ReferenceModel:
         if not sink.guarded:
             return
         held = self._keys_with_open_upserts()
-        for (owner, key), stone in list(self.tombstones.items()):
-            if owner == sink_id and stone.expired and key not in held:
-                del self.tombstones[(owner, key)]
+        for key, stone in list(self.tombstones.items()):
+            if stone.sink_id == sink_id and stone.expired and key not in held:
+                del self.tombstones[key]
 
     def _keys_with_open_upserts(self) -> set[tuple]:
         keys = set()
@@ -419,7 +541,7 @@ class ReferenceModel:
             by_record = {id(e.record): e for e in entries}
             records = [e.record for e in entries]
             for record in self.routed_order(sink_id, records):
-                if self.apply_record(sink_id, record) != QUARANTINED:
+                if self.apply_record(sink_id, record)[0] != QUARANTINED:
                     by_record[id(record)].is_open = False
 
     def routed_order(
@@ -459,6 +581,13 @@ class ReferenceModel:
     def remove_children(self) -> None:
         self.children.clear()
 
+    def take_stamped(self) -> tuple[set[tuple], set[tuple]]:
+        """The keys whose row was changed, and those whose row was inserted, since
+        the last call (and forget them)."""
+        found = (self.updated, self.inserted)
+        self.updated, self.inserted = set(), set()
+        return found
+
     def expire_tombstones(self) -> None:
         """Time passes beyond every retention: every tombstone is old enough to
         expire (at the next purge of its sink)."""
@@ -467,21 +596,24 @@ class ReferenceModel:
 
     # -- one record ---------------------------------------------------------------
 
-    def apply_record(self, sink_id: str, record: dict[str, Any]) -> str:
-        """Apply one record now; APPLIED, DELETED, QUARANTINED or SKIPPED."""
+    def apply_record(
+        self, sink_id: str, record: dict[str, Any]
+    ) -> tuple[str, frozenset[str]]:
+        """Apply one record now: APPLIED, DELETED, QUARANTINED or SKIPPED, and
+        (set aside) the kinds of reason it may be set aside for."""
         sink = self.sinks[sink_id]
         if sink.routed is not None:
             route = record.get(Routed.ROUTE)
             if route == "u":
-                return self._apply_u(sink, record)
+                return _outcome(self._apply_u(sink, record))
             if route != "t":
-                return QUARANTINED  # names no table
+                return QUARANTINED, frozenset({ROUTE})
         key = self._key(sink, record)
         if key is None:
-            return QUARANTINED
+            return QUARANTINED, frozenset({NULL_KEY} | self._faults(sink, record))
         if self._is_delete(sink, record):
-            return self._delete(sink, key, record)
-        return self._upsert(sink, key, record)
+            return _outcome(self._delete(sink, key, record))
+        return _outcome(self._upsert(sink, key, record))
 
     def _key(self, sink: Sink, record: dict[str, Any]) -> tuple | None:
         values = [record.get(k) for k in sink.key]
@@ -496,44 +628,61 @@ class ReferenceModel:
         )
 
     def _tombstone(self, key: tuple) -> Any:
-        """The key's highest tombstone version, whichever sink left it; None."""
-        found = [s.version for (_, k), s in self.tombstones.items() if k == key]
-        return max(found, default=None)
+        """The key's tombstone version, whichever sink left it; None."""
+        stone = self.tombstones.get(key)
+        return None if stone is None else stone.version
 
-    def _upsert(self, sink: Sink, key: tuple, record: dict[str, Any]) -> str:
+    def _faults(
+        self, sink: Sink, record: dict[str, Any], stored: dict | None = None
+    ) -> set[str]:
+        """What is wrong with an upsert's values whatever the table holds (the
+        range of an ``add`` into ``stored`` is judged by its sum instead)."""
+        found = set()
+        for name in sink.written:
+            column, value = self.target.column(name), record.get(name)
+            if value is None:
+                if not column.nullable:
+                    found.add(NULL)
+            elif isinstance(value, float) and not math.isfinite(value):
+                found.add(NOT_FINITE)
+            elif not (stored is not None and sink.policy(name) == "add") and not (
+                column.fits(value)
+            ):
+                found.add(RANGE)
+            elif column.fits(value) and not column.lands(value):
+                found.add(NARROW)
+        return found
+
+    def _upsert(self, sink: Sink, key: tuple, record: dict[str, Any]) -> Any:
         target = self.target
-        written = sink.written
         version = record.get(sink.version) if sink.version else None
         if sink.guarded:  # stale history is skipped before its values are judged
             if version is not None and not target.column(sink.version).fits(version):
-                return QUARANTINED
+                faults = self._faults(sink, record, self.rows.get(key))
+                return QUARANTINED, {VERSION, RANGE} | faults
             stone = self._tombstone(key)
             if stone is not None and (version is None or version <= stone):
                 return SKIPPED
-        if any(
-            isinstance(record.get(c), float) and not math.isfinite(record[c])
-            for c in written
-        ):
-            return QUARANTINED
         stored = self.rows.get(key)
-        for name in written:
-            column, value = target.column(name), record.get(name)
-            if value is None:
-                if not column.nullable:
-                    return QUARANTINED
-            elif not (stored is not None and sink.policy(name) == "add"):
-                if not column.fits(value):
-                    return QUARANTINED
+        faults = self._faults(sink, record, stored)
+        if faults:
+            return QUARANTINED, faults
         if stored is None:
             new = {c: None for c in self.owned}
-            new.update({c: record.get(c) for c in written})
+            new.update({c: record.get(c) for c in sink.written})
         else:
             new = self._merged(sink, stored, record)
             if new is None:
-                return QUARANTINED
-        if self._refused_by_constraints(sink, key, stored, new):
-            return QUARANTINED
+                return QUARANTINED, {RANGE}
+        refused = self._refused_by_constraints(sink, key, stored, new)
+        if refused:
+            return QUARANTINED, {refused}
         self.rows[key] = new
+        if stored is None:
+            self.inserted.add(key)
+            self.audit.append(str(new[self.target.key[0]]))
+        elif new != stored:
+            self.updated.add(key)
         return APPLIED
 
     def _merged(
@@ -567,7 +716,7 @@ class ReferenceModel:
         key: tuple,
         stored: dict[str, Any] | None,
         new: dict[str, Any],
-    ) -> bool:
+    ) -> str | None:
         """A missing parent of a written foreign key value (1452), or a unique
         value another key's row holds (a unique_conflicts = "quarantine" sink)."""
         fk = self.target.fk_column
@@ -575,7 +724,7 @@ class ReferenceModel:
             value = new.get(fk)
             changed = stored is None or stored.get(fk) != value
             if value is not None and changed and value not in self.parents:
-                return True
+                return PARENT
         for index in self.target.unique:
             if not all(c in sink.written for c in index):
                 continue
@@ -588,8 +737,8 @@ class ReferenceModel:
                 other_key != key and self._collated(index, row) == mine
                 for other_key, row in self.rows.items()
             ):
-                return True
-        return False
+                return UNIQUE
+        return None
 
     def _collated(self, index: tuple[str, ...], row: dict[str, Any]) -> tuple | None:
         values = [row.get(c) for c in index]
@@ -597,10 +746,10 @@ class ReferenceModel:
             return None  # NULLs never collide
         return tuple(self.target.column(c).collate(v) for c, v in zip(index, values))
 
-    def _delete(self, sink: Sink, key: tuple, record: dict[str, Any]) -> str:
+    def _delete(self, sink: Sink, key: tuple, record: dict[str, Any]) -> Any:
         version = record.get(sink.version) if sink.guarded else None
         if version is not None and not self.target.column(sink.version).fits(version):
-            return QUARANTINED
+            return QUARANTINED, {VERSION, RANGE}
         stored = self.rows.get(key)
         removes = stored is not None and (
             not sink.guarded
@@ -608,16 +757,16 @@ class ReferenceModel:
             or (version is not None and stored[sink.version] <= version)
         )
         if removes and self.children[key] and self.target.child == "restrict":
-            return QUARANTINED
+            return QUARANTINED, {CHILD}
         if removes and any(self._refs(row) == key for row in self.u_rows.values()):
-            return QUARANTINED  # u's rows reference it (RESTRICT)
+            return QUARANTINED, {CHILD}  # u's rows reference it (RESTRICT)
         if removes:
             del self.rows[key]
             self.children.pop(key, None)
         if sink.guarded and version is not None:
-            stone = self.tombstones.get((sink.sink_id, key))
+            stone = self.tombstones.get(key)
             if stone is None or version >= stone.version:
-                self.tombstones[(sink.sink_id, key)] = Tombstone(version)
+                self.tombstones[key] = Tombstone(version, sink.sink_id)
         return DELETED
 
     # -- a routed sink's second table ---------------------------------------------
@@ -631,10 +780,10 @@ class ReferenceModel:
             else (self.target.column(self.target.key[0]).collate(ref),)
         )
 
-    def _apply_u(self, sink: Sink, record: dict[str, Any]) -> str:
+    def _apply_u(self, sink: Sink, record: dict[str, Any]) -> Any:
         uid = record.get("uid")
         if uid is None:
-            return QUARANTINED
+            return QUARANTINED, {NULL_KEY}
         if self._is_delete(sink, record):
             self.u_rows.pop(uid, None)
             return DELETED
@@ -648,9 +797,16 @@ class ReferenceModel:
             new["w"] = w if stored["w"] is None else stored["w"] + w
         changed = stored is None or stored["ref"] != new["ref"]
         if new["ref"] is not None and changed and self._refs(new) not in self.rows:
-            return QUARANTINED  # no t row of that key (1452)
+            return QUARANTINED, {PARENT}  # no t row of that key (1452)
         self.u_rows[uid] = new
         return APPLIED
+
+
+def _outcome(result: Any) -> tuple[str, frozenset[str]]:
+    """An outcome, or (QUARANTINED, kinds), as ``apply_record`` returns it."""
+    if isinstance(result, tuple):
+        return result[0], frozenset(result[1])
+    return result, frozenset()
 
 
 def owned_columns(model: ReferenceModel) -> list[str]:

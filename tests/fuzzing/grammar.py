@@ -1,17 +1,21 @@
 """The fuzzer's grammar: a small space of target shapes, sink configs and records,
 biased towards the properties that change what a write means (ON UPDATE columns,
-AUTO_INCREMENT keys, collations, the server's timestamp defaults, foreign keys,
-triggers, a second sink on the same table, a second table in one stream).
+AUTO_INCREMENT keys, collations, the server's timestamp defaults and time zone,
+foreign keys, triggers, columns narrower than the stream's types, a second sink on
+the same table, a second table in one stream, names spelt in another case).
 
 Every feature has a name; ``FUZZ_EXCLUDE=name,name`` keeps it out of the examples,
-so that a fuzz run can look past a finding it already made.
+so that a fuzz run can look past a finding it already made, and ``scenarios``'
+``force`` draws an example with the features named (``make test``'s fixed run:
+GROUPS).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from hypothesis import strategies as st
@@ -50,9 +54,50 @@ FEATURES = (
     "retry",
     "quarantine_batch",
     "expiry",  # tombstones older than the retention, then a purge
+    "narrow",  # columns narrower than the stream's type: DECIMAL(10,2) for the
+    # stream's DECIMAL(10,4), FLOAT for DOUBLE, DATETIME/TIMESTAMP without fractions
+    "narrow_key",  # a key column without the stream's fractions of a second
+    "narrow_version",  # a version column without the stream's fractions
+    "shared_tombstones",  # a routed sink's two tables name one tombstone table
+    "case_names",  # the stream and the config spell columns in another case
+    "datetime_now",  # DATETIME DEFAULT / ON UPDATE CURRENT_TIMESTAMP columns the
+    # stream does not write, the server's time zone not UTC
 )
+REFUSALS = frozenset(
+    {"missing_column", "missing_version", "narrow_key", "narrow_version",
+     "shared_tombstones"}
+)  # fmt: skip
+"""Features that make the model refuse a sink at start: exercised when that
+refusal is checked, whether or not another sink applies data."""
+STEPS = frozenset({"crash", "crash_after_commit", "replay", "purge", "retry",
+                   "quarantine_batch", "expiry"})  # fmt: skip
+"""Features that are operator steps: used when the machine runs them."""
+GROUPS = (
+    frozenset({"cdc", "version", "child", "unique_label", "triggers", "updated_at",
+               "purge", "expiry"}),
+    frozenset({"routed", "cdc", "version", "fk_parent", "add_null", "datetime_now",
+               "retry"}),
+    frozenset({"varchar_key", "second_sink", "cdc", "version", "case_names",
+               "replay", "crash"}),
+    frozenset({"compound", "ts_version", "version", "explicit_defaults_off",
+               "narrow", "quarantine_batch", "second_sink"}),
+    frozenset({"surrogate", "unique_label", "unsigned", "limits", "generated",
+               "crash_after_commit", "on_update", "second_sink"}),
+    frozenset({"auto_increment", "float", "narrow", "required", "missing_column",
+               "datetime_now", "updated_at", "second_sink"}),
+    frozenset({"compound", "narrow_key", "second_sink"}),
+    frozenset({"version", "ts_version", "narrow_version", "second_sink", "narrow"}),
+    frozenset({"routed", "cdc", "version", "shared_tombstones"}),
+    frozenset({"version", "missing_version", "second_sink", "case_names", "limits"}),
+)  # fmt: skip
+"""The fixed run's examples, one per group of features forced (others drawn):
+together every feature, each with data applied or (REFUSALS) its refusal
+checked."""
 
 T1, T2, T3, T4 = (datetime(2001, 1, 1, 0, 0, s) for s in (1, 2, 3, 4))
+T1_5 = datetime(2001, 1, 1, 0, 0, 1, 500000)
+T2_25 = datetime(2001, 1, 1, 0, 0, 2, 250000)
+"""Fractions of a second a column without them would drop."""
 TS_EDGE = datetime(2038, 1, 19, 3, 14, 7)
 TS_PAST = datetime(2040, 1, 1)
 """Past TIMESTAMP's range."""
@@ -84,6 +129,11 @@ class Scenario:
     explicit_defaults_off: bool
     features: frozenset[str]
     """The features this example uses."""
+    time_zone: str | None = None
+    """The server's time zone for the example (``SET GLOBAL time_zone``)."""
+    now_columns: tuple[tuple[str, bool, bool, bool], ...] = ()
+    """Columns of ``t`` MySQL fills with the time, not the stream: (name, on
+    insert, on update, in the server's zone rather than UTC)."""
 
     def domain(self, column: str) -> tuple[Any, ...]:
         return dict(self.domains)[column]
@@ -98,16 +148,21 @@ class Scenario:
 
 
 class _Draw:
-    """Feature-aware draws: an excluded feature is never drawn."""
+    """Feature-aware draws: an excluded feature is never drawn, a forced one
+    always (when its conditions hold)."""
 
-    def __init__(self, draw: Any, off: frozenset[str]) -> None:
+    def __init__(self, draw: Any, off: frozenset[str], force: frozenset[str]) -> None:
         self.draw = draw
         self.off = off
+        self.force = force
         self.used: set[str] = set()
 
     def feature(self, name: str, chance: float = 0.5) -> bool:
         if name in self.off:
             return False
+        if name in self.force:
+            self.used.add(name)
+            return True
         # Shrinks towards 0: towards the feature left out.
         picked = self.draw(st.integers(0, 99)) >= 100 - round(100 * chance)
         if picked:
@@ -129,52 +184,77 @@ KEY_KINDS = {
 
 
 @st.composite
-def scenarios(draw: Any, off: frozenset[str] = frozenset()) -> Scenario:
-    """A target shape with one or two sinks on it."""
-    d = _Draw(draw, off)
+def scenarios(
+    draw: Any, off: frozenset[str] = frozenset(), force: frozenset[str] = frozenset()
+) -> Scenario:
+    """A target shape with one or two sinks on it; the features in ``force`` are
+    drawn whenever they can be (``features`` says which were)."""
+    d = _Draw(draw, off, force)
     kinds = [k for k, f in KEY_KINDS.items() if f is None or f not in off]
-    key_kind = d.choice(kinds)
+    forced = [k for k in kinds if KEY_KINDS[k] in force]
+    if "routed" in force or "shared_tombstones" in force:
+        forced = ["bigint"]
+    elif "child" in force:  # a child references a key of one column
+        kinds.remove("compound")
+    key_kind = d.choice(forced or kinds)
     if KEY_KINDS[key_kind]:
         d.used.add(KEY_KINDS[key_kind])
     collation = (
         "utf8mb4_bin" if key_kind == "varchar_bin" else d.choice([CI, "utf8mb4_bin"])
     )
     limits = d.feature("limits", 0.3)
+    narrow = d.feature("narrow", 0.15)
     columns, domains, key = _key_columns(d, key_kind, collation, limits)
     unique: list[tuple[str, ...]] = [("sid",)] if key_kind == "surrogate" else []
     columns.append(Column("rid", "bigint"))
     domains["rid"] = ()
-    n_kind = "uint" if d.feature("unsigned", 0.3) else "bigint"
-    columns.append(Column("n", n_kind))
+    n_kind = "bigint"
+    if d.feature("unsigned", 0.3):
+        n_kind = "uint"
+    elif narrow and d.draw(st.booleans()):
+        n_kind = "decimal"
+    columns.append(Column("n", n_kind, scale=2))
     domains["n"] = _n_values(n_kind, d.feature("add_null", 0.4), limits)
     columns.append(Column("label", "varchar", collation=collation))
     domains["label"] = ("x", "X", "x ", "y", None) + (
         ("12345678", "123456789") if limits else ()
     )
     triggers = d.feature("triggers", 0.25)
-    before_trigger = triggers and d.draw(st.booleans())
+    before_trigger = triggers and "unique_label" not in force and d.draw(st.booleans())
     if not before_trigger and d.feature("unique_label", 0.3):
         unique.append(("label",))
-    if d.draw(st.booleans()):
-        kind = d.choice(["datetime", "timestamp"])
+    if narrow or "on_update" in force or d.draw(st.booleans()):
+        kind = (
+            "timestamp" if "on_update" in force else d.choice(["datetime", "timestamp"])
+        )
         on_update = kind == "timestamp" and d.feature("on_update", 0.4)
         columns.append(Column("created", kind, on_update=on_update))
-        domains["created"] = (None, T1, T2) + ((TS_EDGE, TS_PAST) if limits else ())
+        domains["created"] = (
+            (None, T1, T2)
+            + ((TS_EDGE, TS_PAST) if limits else ())
+            + ((T1_5,) if narrow else ())
+        )
     version_kind = None
-    if d.feature("version", 0.65):
-        version_kind = "timestamp" if d.feature("ts_version", 0.35) else "bigint"
+    if d.feature("version", 0.65) or "narrow_version" in force:
+        d.used.add("version")
+        narrow_version = d.feature("narrow_version", 0.1)
+        timestamp = d.feature("ts_version", 0.35)
+        version_kind = "timestamp" if narrow_version or timestamp else "bigint"
         columns.append(
             Column(
                 "v",
                 version_kind,
                 nullable=version_kind == "bigint",
                 has_default=version_kind == "bigint",
+                fsp=0 if narrow_version else 6,
             )
         )
         domains["v"] = (
             (None, 1, 2, 3, 5, 7, 10)
             if version_kind == "bigint"
-            else (None, T1, T2, T3, T4) + ((TS_PAST,) if limits else ())
+            else (None, T1, T2, T3, T4)
+            + ((TS_PAST,) if limits else ())
+            + ((T1_5, T2_25) if narrow_version else ())
         )
     cdc = d.feature("cdc", 0.45)
     if cdc:
@@ -185,8 +265,11 @@ def scenarios(draw: Any, off: frozenset[str] = frozenset()) -> Scenario:
         columns.append(Column("parent_id", "bigint"))
         domains["parent_id"] = (None, 1, 2, 3, 4)
     if d.feature("float", 0.2):
-        columns.append(Column("score", "double"))
-        domains["score"] = (0.5, None, float("nan"), float("inf"))
+        single = narrow and d.draw(st.booleans())
+        columns.append(Column("score", "float" if single else "double"))
+        domains["score"] = (0.5, None, float("nan"), float("inf")) + (
+            (0.1, 1 / 3) if single else ()
+        )
     if d.feature("required", 0.2):
         columns.append(Column("req", "int", nullable=False, has_default=False))
         domains["req"] = (1, 2, 2, None)
@@ -194,6 +277,7 @@ def scenarios(draw: Any, off: frozenset[str] = frozenset()) -> Scenario:
         columns.append(Column("g", "bigint", generated=True))
         domains["g"] = (1,)
     updated_at = d.feature("updated_at", 0.35)
+    datetime_now = d.feature("datetime_now", 0.15)
     child = None
     if cdc and len(key) == 1 and d.feature("child", 0.35):
         child = d.choice(["restrict", "cascade"])
@@ -206,31 +290,47 @@ def scenarios(draw: Any, off: frozenset[str] = frozenset()) -> Scenario:
         before_trigger_sets=("label",) if before_trigger else (),
     )
     routed = None
+    shared = False
     if key_kind in ("bigint", "auto_increment") and d.feature("routed", 0.3):
         routed = Routed(w_policy=d.choice(["overwrite", "add"]))
         domains.update(uid=(1, 2, 3, None), ref=domains["id"], w=(1, 2, -1, None))
-    sinks = [_sink(d, target, "s1", cdc, version_kind, noisy=True, routed=routed)]
+        shared = (
+            cdc and version_kind is not None and d.feature("shared_tombstones", 0.2)
+        )
+    case = d.feature("case_names", 0.15)
+    sinks = [
+        _sink(d, target, "s1", cdc, version_kind, noisy=True, routed=routed, case=case)
+    ]
+    if shared:
+        sinks[0] = replace(sinks[0], shared_tombstones=True)
     if d.feature("second_sink", 0.3):
         guarded = cdc and version_kind is not None and d.draw(st.booleans())
-        sinks.append(_sink(d, target, "s2", guarded, version_kind, noisy=False))
+        sinks.append(
+            _sink(d, target, "s2", guarded, version_kind, noisy=False, case=case)
+        )
     off_defaults = d.feature(
         "explicit_defaults_off", 0.6 if version_kind == "timestamp" else 0.15
     )
-    for name in ("crash", "replay", "purge", "retry", "quarantine_batch", "expiry"):
-        if name not in off:
-            d.used.add(name)  # steps: used when the machine runs them
+    now_columns = []
+    if updated_at:
+        now_columns.append(("updated_at", True, True, False))
+    if datetime_now:
+        now_columns += [("made", True, False, True), ("touched", False, True, True)]
+    u_ddl = _u_ddl(target, shared) if routed else []
     return Scenario(
         target=target,
         sinks=tuple(sinks),
         ddl=tuple(
-            _ddl(target, key_kind, collation, updated_at, triggers, before_trigger)
-            + (U_DDL if routed else [])
+            _ddl(target, key_kind, collation, now_columns, triggers, before_trigger)
+            + u_ddl
         ),
         parents=(1, 2) if fk else (),
         missing_parents=(3, 4) if fk else (),
         domains=tuple(domains.items()),
         explicit_defaults_off=off_defaults,
         features=frozenset(d.used),
+        time_zone="+02:00" if datetime_now else None,
+        now_columns=tuple(now_columns),
     )
 
 
@@ -250,16 +350,18 @@ def _key_columns(
         )
     if kind == "compound":
         on_update = d.feature("on_update", 0.6)
+        narrow = d.feature("narrow_key", 0.1)
         ts = Column(
             "ts",
             "timestamp",
             nullable=False,
             has_default=on_update,
             on_update=on_update,
+            fsp=0 if narrow else 6,
         )
         return (
             [Column("a", "int", nullable=False), ts],
-            {"a": (1, 2), "ts": (T1, T1, T2) + null},
+            {"a": (1, 2), "ts": (T1, T1, T2) + ((T1_5,) if narrow else ()) + null},
             ("a", "ts"),
         )
     keys = ("a", "A", "a ", "b", "B ")
@@ -271,6 +373,13 @@ def _key_columns(
 
 
 def _n_values(kind: str, nulls: bool, limits: bool) -> tuple[Any, ...]:
+    if kind == "decimal":
+        values: tuple[Any, ...] = tuple(
+            Decimal(v) for v in ("1.5", "0.125", "-2.25", "1.0001")
+        )
+        if limits:
+            values += (Decimal("999999.99"), Decimal("-999999.9999"))
+        return values + ((None,) if nulls else ())
     if kind == "uint":
         values: tuple[Any, ...] = (0, 1, 3, -1, -3)
         if limits:
@@ -290,15 +399,23 @@ def _sink(
     version_kind: str | None,
     noisy: bool,
     routed: Routed | None = None,
+    case: bool = False,
 ) -> Sink:
     """A sink on ``target``; ``noisy``: its config may name a column its stream
-    lacks, or write a generated column."""
+    lacks, or write a generated column; ``case``: its stream and config spell some
+    columns in another case than the table."""
     names = [c.name for c in target.columns]
     merge = {"n": d.choice(["add", "add", "add", "overwrite", "keep"])}
     merge["label"] = d.choice(["overwrite", "overwrite", "keep"])
     if "created" in names:
         merge["created"] = d.choice(["keep", "keep", "overwrite"])
-    version = "v" if version_kind and (cdc or d.feature("version", 0.85)) else None
+    # With a narrow version column a second sink writes it as data, and runs.
+    plain = not noisy and "narrow_version" in d.used
+    version = (
+        "v"
+        if version_kind and not plain and (cdc or d.draw(st.integers(0, 99)) < 85)
+        else None
+    )
     stream = [
         c.name
         for c in target.columns
@@ -321,6 +438,14 @@ def _sink(
     conflicts = "refuse"
     if any(index != ("sid",) for index in target.unique):
         conflicts = d.choice(["quarantine", "quarantine", "refuse"])
+    spelled: dict[str, str] = {}
+    named: dict[str, str] = {}
+    if case:
+        for name in stream:
+            if d.draw(st.booleans()):
+                spelled[name] = name.upper()
+            if d.draw(st.booleans()):
+                named[name] = d.choice([name.upper(), name.capitalize()])
     return Sink(
         sink_id=sink_id,
         stream=tuple(stream) + (("op",) if cdc else ()),
@@ -330,27 +455,41 @@ def _sink(
         cdc=Cdc() if cdc else None,
         unique_conflicts=conflicts,
         routed=routed,
+        spelled=tuple(sorted(spelled.items())),
+        named=tuple(sorted(named.items())),
     )
 
 
-U_DDL = [
-    "CREATE TABLE u (uid BIGINT PRIMARY KEY, rid BIGINT, ref BIGINT NULL, w BIGINT, "
-    "FOREIGN KEY (ref) REFERENCES t (id)) ENGINE=InnoDB"
-]
-"""A routed sink's second table: its rows reference t's (RESTRICT on delete)."""
+def _u_ddl(target: Target, shared: bool) -> list[str]:
+    """A routed sink's second table: its rows reference t's (RESTRICT on delete).
+    ``shared``: versioned like t, keyed like t, and keeping its tombstones in t's
+    tombstone table (refused at start)."""
+    if not shared:
+        return [
+            "CREATE TABLE u (uid BIGINT PRIMARY KEY, rid BIGINT, ref BIGINT NULL, "
+            "w BIGINT, FOREIGN KEY (ref) REFERENCES t (id)) ENGINE=InnoDB"
+        ]
+    v = _column_ddl(target.column("v"))
+    return [
+        "CREATE TABLE u (id BIGINT PRIMARY KEY, uid BIGINT, rid BIGINT, "
+        f"ref BIGINT NULL, w BIGINT, {v}, FOREIGN KEY (ref) REFERENCES t (id)) "
+        "ENGINE=InnoDB"
+    ]
 
 
 def _column_ddl(c: Column) -> str:
+    fsp = f"({c.fsp})" if c.fsp else ""
     kinds = {
         "bigint": "BIGINT",
         "int": "INT",
         "uint": "INT UNSIGNED",
         "varchar": f"VARCHAR({c.length}) COLLATE {c.collation}",
-        "datetime": "DATETIME",
+        "datetime": f"DATETIME{fsp}",
         "double": "DOUBLE",
+        "float": "FLOAT",
+        "decimal": f"DECIMAL(10,{c.scale})",
     }
     if c.kind == "timestamp":
-        fsp = "(6)" if c.name in ("v", "ts") else ""
         sql = f"TIMESTAMP{fsp}"
         if c.on_update:
             return (
@@ -370,11 +509,19 @@ def _column_ddl(c: Column) -> str:
     return sql
 
 
+NOW_DDL = {
+    "updated_at": "updated_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP "
+    "ON UPDATE CURRENT_TIMESTAMP",
+    "made": "made DATETIME DEFAULT CURRENT_TIMESTAMP",
+    "touched": "touched DATETIME(6) NULL DEFAULT NULL ON UPDATE CURRENT_TIMESTAMP(6)",
+}
+
+
 def _ddl(
     target: Target,
     key_kind: str,
     collation: str,
-    updated_at: bool,
+    now_columns: list[tuple[str, bool, bool, bool]],
     triggers: bool,
     before_trigger: bool,
 ) -> list[str]:
@@ -388,11 +535,7 @@ def _ddl(
     if key_kind == "surrogate":
         lines.append("sid BIGINT AUTO_INCREMENT PRIMARY KEY")
     lines += [_column_ddl(c) for c in target.columns]
-    if updated_at:
-        lines.append(
-            "updated_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP "
-            "ON UPDATE CURRENT_TIMESTAMP"
-        )
+    lines += [NOW_DDL[name] for name, *_ in now_columns]
     keys = ", ".join(target.key)
     if key_kind == "surrogate":
         lines.append(f"UNIQUE KEY uk ({keys})")
@@ -467,25 +610,30 @@ def records(scenario: Scenario, sink: Sink) -> st.SearchStrategy[list[dict]]:
 
 
 def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
-    """The sink's config, as its TOML file would hold it."""
+    """The sink's config, as its TOML file would hold it (columns named as
+    ``sink.named`` spells them)."""
+    name = dict(sink.named).get
     mysql: dict[str, Any] = {
         "url": url,
         "table": "t",
-        "key": list(sink.key),
-        "merge": dict(sink.merge),
+        "key": [name(k, k) for k in sink.key],
+        "merge": {name(c, c): p for c, p in sink.merge},
         "unique_conflicts": sink.unique_conflicts,
         "retry_backoff": 0.02,
         "retry_backoff_max": 0.1,
         "outage_budget": 30,
     }
     if sink.version:
-        mysql["version_column"] = sink.version
+        mysql["version_column"] = name(sink.version, sink.version)
     if sink.routed is not None:
         del mysql["table"]
         t = {k: mysql.pop(k) for k in ("key", "merge", "unique_conflicts")}
         if sink.version:
             t["version_column"] = mysql.pop("version_column")
-        u = {"key": ["uid"], "merge": {"w": sink.routed.w_policy}}
+        u: dict[str, Any] = {"key": ["uid"], "merge": {"w": sink.routed.w_policy}}
+        if sink.shared_tombstones:
+            u.update(key=["id"], version_column="v", tombstone_table=TOMBSTONES)
+            t["tombstone_table"] = TOMBSTONES
         mysql.update(route_column=Routed.ROUTE, tables={"t": t, "u": u})
     raw: dict[str, Any] = {
         "sink": {"id": sink.sink_id},
@@ -499,6 +647,9 @@ def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
             "delete_values": list(sink.cdc.delete_values),
         }
     return raw
+
+
+TOMBSTONES = "t_tombstones"
 
 
 def toml(raw: dict[str, Any]) -> str:

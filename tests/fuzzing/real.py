@@ -7,21 +7,26 @@ a sink instance of its own.
 A command that takes the lease (recover, replay, quarantine-batch) fences the job:
 the job instance is dropped after it, and the next apply starts a new one (a
 restart). A crash is a fault injected at a commit point (``WAL_SINK_FAULT``), the
-instance dropped, and a new one taking the lease and recovering.
+instance dropped, and a new one taking the lease and recovering; each fault must
+fire, or the step fails.
+
+Records are the model's, named as the table names its columns; a sink whose stream
+spells some otherwise (``Sink.spelled``) stages them so, and its quarantine records
+are read back in the table's names.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import uuid
-from collections import Counter
 from datetime import timezone
 from typing import Any
 
 import pyarrow as pa
 
-from tests.reference_model import Routed, Sink, Target
+from tests.reference_model import STREAM_SCALE, Routed, Sink, Target
 from wal_sink import faults
 from wal_sink.config import Config
 from wal_sink.ops.purge import run_purge, select_purge
@@ -33,6 +38,7 @@ from wal_sink.protocol.committer import CommitResult
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.driver_stage import write_file
 from wal_sink.wal.format import BATCH_COLUMN, SEQ_COLUMN
+from wal_sink.wal.quarantine_records import typed_row, wal_columns
 from wal_sink.wal.writer import WalWriter
 
 ARROW = {
@@ -43,14 +49,18 @@ ARROW = {
     "timestamp": pa.timestamp("us", tz="UTC"),
     "datetime": pa.timestamp("us", tz="UTC"),
     "double": pa.float64(),
+    "float": pa.float64(),  # a FLOAT the stream writes DOUBLEs into
+    "decimal": pa.decimal128(10, STREAM_SCALE),
 }
 """Arrow types as Spark's ``toArrow`` gives them for the stream's columns."""
 
 
 def stream_schema(target: Target, sink: Sink) -> pa.Schema:
     """The staged files' schema: ``_wal_seq`` first, then the stream's columns (a
-    routed sink's route and ``u``'s columns too)."""
+    routed sink's route and ``u``'s columns too), spelt as the stream spells
+    them."""
     fields = [pa.field(SEQ_COLUMN, pa.int64())]
+    spelled = dict(sink.spelled)
     for name in sink.columns:
         if (sink.cdc and name == sink.cdc.op_column) or name == Routed.ROUTE:
             kind = "varchar"
@@ -58,7 +68,7 @@ def stream_schema(target: Target, sink: Sink) -> pa.Schema:
             kind = "bigint"
         else:
             kind = target.column(name).kind
-        fields.append(pa.field(name, ARROW[kind]))
+        fields.append(pa.field(spelled.get(name, name), ARROW[kind]))
     return pa.schema(fields)
 
 
@@ -69,6 +79,9 @@ class RealSink:
         self.config = config
         self.sink = sink
         self.schema = stream_schema(target, sink)
+        self.spelled = dict(sink.spelled)
+        self.names = {v: k for k, v in sink.spelled}
+        """The stream's spelling of a column -> the table's."""
         self.writer = WalWriter(config.wal_path, sink.sink_id, config.storage)
         self.job: SinkInstance | None = None
         self.started = False
@@ -79,7 +92,10 @@ class RealSink:
 
     def stage(self, batch_id: int, records: list[dict[str, Any]]) -> None:
         """Stage ``records`` as batch ``batch_id``, in their order (``_wal_seq``)."""
-        rows = [{SEQ_COLUMN: i, **r} for i, r in enumerate(records)]
+        rows = [
+            {SEQ_COLUMN: i, **{self.spelled.get(c, c): v for c, v in r.items()}}
+            for i, r in enumerate(records)
+        ]
         table = pa.Table.from_pylist(rows, schema=self.schema)
         attempt = f"{BATCH_COLUMN}={batch_id}/{uuid.uuid4().hex}"
         written = write_file(self.writer, attempt, table, batch_id)
@@ -91,7 +107,7 @@ class RealSink:
         if self.job is None:
             job = SinkInstance(self.config)
             try:
-                job.expect_columns(self.sink.columns)
+                job.expect_columns(self.schema.names[1:])
                 job.start()
                 self.started = True
                 job.recover()
@@ -114,15 +130,13 @@ class RealSink:
         """Apply ``batch_ids`` with a fault at ``point`` for the last of them, then
         restart: a new instance takes the lease and recovers."""
         job = self.start_job()
-        os.environ[faults.ENV] = f"{point}:{batch_ids[-1]}:{action}"
-        faults._raised.clear()  # once-actions fire once per process: re-arm
-        try:
-            job.committer.apply_group(batch_ids)
-        except faults.InjectedFault:
-            pass
-        finally:
-            del os.environ[faults.ENV]
-            self.stop_job()
+        with armed(f"{point}:{batch_ids[-1]}:{action}"):
+            try:
+                job.committer.apply_group(batch_ids)
+            except faults.InjectedFault:
+                pass
+            finally:
+                self.stop_job()
         self.start_job()
 
     def stop_job(self) -> None:
@@ -178,13 +192,11 @@ class RealSink:
         """``wal-sink quarantine retry --yes``; with ``fault`` (point, batch) it
         fails there first, and is run again."""
         if fault is not None:
-            os.environ[faults.ENV] = f"{fault[0]}:{fault[1]}:raise"
-            try:
-                self._retry()
-            except faults.InjectedFault:
-                pass
-            finally:
-                del os.environ[faults.ENV]
+            with armed(f"{fault[0]}:{fault[1]}:raise"):
+                try:
+                    self._retry()
+                except faults.InjectedFault:
+                    pass
         self._retry()
 
     def _retry(self) -> None:
@@ -204,14 +216,19 @@ class RealSink:
             self._reader = SinkInstance(self.config)
         return self._reader
 
-    def open_entries(self) -> Counter:
-        """Open entries a retry would apply, as (batch id, rid) counts."""
-        listed = list_entries(self.reader())
-        return Counter(
-            (e.entry.batch_id, json.loads(e.entry.record).get("rid"))
-            for e in listed
-            if e.kind == ROW and e.is_open
-        )
+    def open_entries(self) -> list[tuple[int, dict[str, Any], str]]:
+        """Open entries a retry would apply: (batch id, record as the model holds
+        it, reason), the record's values read back as the retry reads them."""
+        reader = self.reader()
+        columns = wal_columns(reader.wal)
+        found = []
+        for e in list_entries(reader):
+            if e.kind != ROW or not e.is_open:
+                continue
+            _, values = typed_row(json.loads(e.entry.record), columns)
+            record = {self.names.get(c, c): comparable(v) for c, v in values.items()}
+            found.append((e.entry.batch_id, record, e.entry.reason))
+        return found
 
     def close(self) -> None:
         self.stop_job()
@@ -219,8 +236,33 @@ class RealSink:
             self._reader.close()
 
 
+class armed:
+    """``WAL_SINK_FAULT`` set for the block, the fault re-armed (once-actions fire
+    once per process); the block must reach the fault point, or it fails."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        self.point = spec.split(":")[0]
+
+    def __enter__(self) -> None:
+        os.environ[faults.ENV] = self.spec
+        faults._raised.clear()
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        del os.environ[faults.ENV]
+        if kind is None and self.point not in faults._raised:
+            raise AssertionError(f"the injected fault {self.spec} never fired")
+
+
 def utc(value: Any) -> Any:
     """A datetime read back from a TIMESTAMP column as naive UTC."""
     if hasattr(value, "tzinfo") and value.tzinfo is not None:
         return value.astimezone(timezone.utc).replace(tzinfo=None)
     return value
+
+
+def comparable(value: Any) -> Any:
+    """A value as the model's is compared: naive UTC, NaN as a string."""
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    return utc(value)

@@ -214,7 +214,7 @@ def test_tombstones_belong_to_the_table_and_a_guardless_sink_is_refused():
     live, backfill = cdc_sink("live"), cdc_sink("backfill")
     model = cdc_model(live, backfill)
     run(model, [up(1, 1), delete(1, 10)], sink_id="live")
-    assert model.apply_record("backfill", up(1, 7)) == SKIPPED
+    assert model.apply_record("backfill", up(1, 7))[0] == SKIPPED
     plain = sink(["id", "n", "v"], [("n", "add")], "v", sink_id="plain")
     assert cdc_model(live, plain).refusal("plain") is not None
     assert cdc_model(plain).refusal("plain") is None
@@ -254,8 +254,8 @@ def test_purge_expires_tombstones_but_not_of_keys_with_open_upserts():
     run(model, [delete(1, 5), delete(2, 5), up(2, 9, n=2**63 - 1), up(2, 9)])
     model.expire_tombstones()
     model.purge("s1", before=0)
-    assert [k for _, k in model.tombstones] == [(2,)]
-    assert model.apply_record("s1", up(1, 1)) == APPLIED
+    assert list(model.tombstones) == [(2,)]
+    assert model.apply_record("s1", up(1, 1))[0] == APPLIED
 
 
 def test_retry_goes_through_the_version_guard_once():
@@ -336,7 +336,7 @@ def test_a_null_version_into_a_not_null_timestamp_is_quarantined():
     model = ReferenceModel(target(N, v), [sink(["id", "n", "v"], [], "v")])
     t1, t3 = datetime(2001, 1, 1), datetime(2003, 1, 1)
     outcomes = [
-        model.apply_record("s1", {"id": 1, "n": n, "v": version})
+        model.apply_record("s1", {"id": 1, "n": n, "v": version})[0]
         for n, version in ((1, t1), (2, None), (3, t3))
     ]
     assert outcomes == [APPLIED, QUARANTINED, APPLIED]
@@ -364,7 +364,9 @@ def test_routed_upserts_go_parents_first_and_deletes_children_first():
     assert model.u_rows[1]["w"] == 3, "u's w adds"
     run(model, [t_row(5, "D"), u_row(1, None, "D")])
     assert model.rows == {} and model.u_rows == {}
-    assert model.state["s1"].acks[1] == Ack(deleted=2)
+    assert model.state["s1"].acks[1] == Ack(
+        deleted=2, tables={"t": [0, 1, 0, 0], "u": [0, 1, 0, 0]}
+    )
 
 
 def test_routed_runs_keep_the_staged_order_between_them():
@@ -372,14 +374,18 @@ def test_routed_runs_keep_the_staged_order_between_them():
     # the delete of t 5 is its own run, after u 1's upsert: RESTRICT refuses it
     run(model, [t_row(5), u_row(1, 5), t_row(5, "D"), u_row(2, 5)])
     assert (5,) in model.rows and set(model.u_rows) == {1, 2}
-    assert model.state["s1"].acks[0] == Ack(rows=3, quarantined=1)
+    assert model.state["s1"].acks[0] == Ack(
+        rows=3, quarantined=1, tables={"t": [1, 0, 1, 0], "u": [2, 0, 0, 0]}
+    )
 
 
 def test_a_route_naming_no_table_is_set_aside_and_a_retry_routes_again():
     model = routed_model("overwrite")
     run(model, [u_row(1, 7), {**t_row(8), "tbl": "T"}, {**t_row(9), "tbl": None}])
     assert model.rows == {} and model.u_rows == {}
-    assert model.state["s1"].acks[0] == Ack(quarantined=3)
+    assert model.state["s1"].acks[0] == Ack(
+        quarantined=3, tables={"u": [0, 0, 1, 0], "": [0, 0, 2, 0]}
+    )
     run(model, [t_row(7)])
     model.retry("s1")
     assert model.u_rows[1]["ref"] == 7, "its parent came: the child lands"
