@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import amounts, staged
 from tests.integration.lost_reply import LostCommitReply
-from wal_sink import TerminalError, TransientError
+from wal_sink import TerminalError, TransientError, faults
 from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql.engine import make_engine
 from wal_sink.mysql.preflight import preflight
@@ -166,18 +166,25 @@ def test_connection_killed_mid_transaction_is_retried(spark, db, target, make_co
 def test_lost_commit_reply_reads_the_ack_instead_of_reapplying(
     spark, db, target, make_config, monkeypatch
 ):
+    """The reply to COMMIT is lost once (whatever faults this process saw before):
+    the retry finds its own ack row and applies nothing again."""
     config = make_config(table="acct", merge={"amount": "add"})
     instance, committer = staged(spark, config, amounts(4))
+
+    def retries() -> float:
+        sample = instance.metrics.registry.get_sample_value
+        return sample("wal_sink_transient_retries_total", {"sink": "s1"})
+
+    monkeypatch.setattr(faults, "_raised", set())  # "once" starts now
     monkeypatch.setenv("WAL_SINK_FAULT", "commit.after_commit:0:lost-once")
     result = committer.apply(0)
+    assert retries() == 1, "the reply was lost once, and the batch retried"
     assert (result.applied, result.rows) == (True, 4), "its own commit, found again"
     assert target() == {f"k{i}": Decimal(i + 1) for i in range(4)}
     # The same for a forced replay: it adds once, not twice.
-    monkeypatch.setenv("WAL_SINK_FAULT", "commit.after_commit:0:lost-once")
-    from wal_sink import faults
-
     faults._raised.clear()
     result = committer.apply(0, force=True)
+    assert retries() == 2
     assert target() == {f"k{i}": 2 * Decimal(i + 1) for i in range(4)}
 
 
