@@ -5,6 +5,7 @@ kills, S3, the follower in a thread, and what the unit tests build without MySQL
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -13,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
@@ -187,6 +188,18 @@ def wait_for_lock_waits(
     ):
         assert time.monotonic() < deadline, detail()
         time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def short_lock_waits(db, seconds: int = 3) -> Iterator[None]:
+    """Sessions opened meanwhile wait ``seconds`` for a metadata lock (DDL behind
+    an open transaction) instead of the server's day: a test of something that
+    must not wait fails instead of hanging the suite."""
+    db.execute(f"SET GLOBAL lock_wait_timeout = {seconds}")
+    try:
+        yield
+    finally:
+        db.execute("SET GLOBAL lock_wait_timeout = DEFAULT")
 
 
 # Landing files, and the streams and jobs that read them.

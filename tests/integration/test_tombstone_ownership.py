@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tests.helpers import stage_rows
+from tests.helpers import short_lock_waits, stage_rows
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError
 from wal_sink.ops.purge import expire_tombstones
@@ -305,3 +305,132 @@ def test_an_open_upsert_with_a_null_key_keeps_no_tombstone_from_expiring(
     finally:
         sink.close()
     assert db.rows("SELECT k FROM items_tombstones") == []
+
+
+def test_a_stale_tombstone_table_is_not_altered_inside_a_batch(db, items, config):
+    """A batch only reads and writes the tombstone table its start made. One whose
+    comment went stale after the start was ALTERed on another connection inside
+    the batch, where a reader of the table (or the batch's own transaction) held
+    that ALTER for lock_wait_timeout, a day: the next start brings it up to date."""
+    cfg = config("live")
+    with short_lock_waits(db):
+        sink = SinkInstance(cfg)
+        try:
+            sink.start()
+            db.execute("ALTER TABLE items_tombstones COMMENT = ''")
+            stage_rows(cfg, 0, ops(("D", 1, None, 10), ("I", 2, "b", 3)), SCHEMA)
+            with db.connect() as reader, reader.cursor() as cur:
+                cur.execute("START TRANSACTION")
+                cur.execute("SELECT COUNT(*) FROM items_tombstones")
+                sink.recover()
+                reader.rollback()
+        finally:
+            sink.close()
+    assert items() == {2: ("b", 3)}
+    assert tombstone_comments(db) == {"items_tombstones": ""}
+    apply(cfg)
+    assert tombstone_comments(db) == {
+        "items_tombstones": "wal_sink tombstones of items"
+    }
+
+
+def tombstone_comments(db) -> dict[str, str]:
+    """The comments of the tombstone tables these tests make, by table."""
+    return dict(
+        db.rows(
+            "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN "
+            "('items_tombstones', 'orders_tombstones', 'tomb')"
+        )
+    )
+
+
+@pytest.fixture
+def orders(db):
+    """A second table, `orders`, shaped as `items`."""
+    for t in ("orders", "orders_tombstones", "tomb"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        "CREATE TABLE orders (k BIGINT PRIMARY KEY, label VARCHAR(8), v BIGINT) "
+        "ENGINE=InnoDB"
+    )
+    return lambda: {r[0]: r[1:] for r in db.rows("SELECT k, label, v FROM orders")}
+
+
+def test_a_tombstone_table_of_another_target_is_refused_and_left_alone(
+    db, items, orders, config
+):
+    """Two sinks on two tables, one tombstone table: a new order 6 was skipped as
+    stale because item 6 had been deleted, and each start renamed the table's
+    target in its comment."""
+    apply(config("items", tombstone_table="tomb"), ops(("D", 6, None, 10)))
+    sink = SinkInstance(config("orders", table="orders", tombstone_table="tomb"))
+    with pytest.raises(ConfigError) as info:
+        sink.start()
+    sink.close()
+    said = str(info.value)
+    assert "table tomb holds the tombstones of table items" in said
+    assert "set mysql.tombstone_table to another name for table orders" in said
+    assert "\n" not in said
+    assert tombstone_comments(db) == {"tomb": "wal_sink tombstones of items"}
+
+
+def test_one_stream_into_two_tables_of_one_tombstone_table_is_refused_at_start(
+    db, items, orders, tmp_path
+):
+    """Two tables of one config sharing a tombstone table: each start wrote one
+    target into the table's comment, and the batch then ALTERed it back for the
+    other inside its transaction, which held the table's lock: the batch waited
+    for lock_wait_timeout, a day."""
+    tables = {
+        "items": {"key": ["k"], "version_column": "v", "tombstone_table": "tomb"},
+        "orders": {"key": ["k"], "version_column": "v", "tombstone_table": "tomb"},
+    }
+    raw = {
+        "sink": {"id": "shop"},
+        "wal": {"path": str(tmp_path / "wal")},
+        "mysql": {"url": db.url, "route_column": "tbl", "tables": tables},
+        "cdc": CDC,
+    }
+    schema = SCHEMA.insert(0, pa.field("tbl", pa.string()))
+    rows = [
+        {"tbl": "orders", **r} for r in ops(("I", 1, "o", 1), ("D", 2, None, 2))
+    ] + [{"tbl": "items", **r} for r in ops(("I", 1, "i", 1), ("D", 2, None, 2))]
+    with short_lock_waits(db), pytest.raises(ConfigError) as info:
+        recovered(db, config_from_dict(raw, base_dir=tmp_path), schema, rows)
+    assert str(info.value) == (
+        "mysql.tables.orders.tombstone_table: table tomb would hold the tombstones "
+        "of table items (mysql.tables.items) and of table orders, and one tombstone "
+        "table serves one target: set mysql.tables.orders.tombstone_table to "
+        "another name"
+    )
+    assert tombstone_comments(db) == {}
+
+
+def test_a_target_made_from_a_later_batch_gets_its_tombstone_table_before_it(
+    db, tmp_path
+):
+    """A target mysql.auto_create makes from the first batch staged after the
+    start (a follower's) gets its tombstone table with it, before the batch's
+    transaction, which only reads and writes it."""
+    for t in ("later", "later_tombstones", "wal_sink_ack"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    mysql = {"url": db.url, "table": "later", "key": ["k"], "version_column": "v"}
+    cfg = config_from_dict(
+        {
+            "sink": {"id": "later"},
+            "wal": {"path": str(tmp_path / "wal")},
+            "mysql": {**mysql, "auto_create": True},
+            "cdc": CDC,
+        }
+    )
+    sink = SinkInstance(cfg)
+    try:
+        sink.start()
+        rows = ops(("I", 1, "a", 5), ("D", 1, None, 6), ("I", 1, "old", 4))
+        stage_rows(cfg, 0, rows, SCHEMA)
+        sink.recover()
+    finally:
+        sink.close()
+    assert db.rows("SELECT k, _wal_version FROM later_tombstones") == [(1, 6)]
+    assert db.rows("SELECT k FROM later") == []

@@ -8,6 +8,7 @@ from tests.helpers import config_dict
 from wal_sink.config import config_from_dict, load_config, mysql_password
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError
+from wal_sink.mysql.tombstones import refuse_shared
 
 
 def test_valid_config_loads_typed_values():
@@ -171,3 +172,37 @@ def test_the_example_configs_point_into_the_checkouts_var(monkeypatch, tmp_path)
         c = load_config(repo / "conf" / f"{name}.toml")
         assert c.wal.path == str(repo / "var" / "wal" / name)
         assert c.job.checkpoint == str(repo / "var" / "checkpoints" / name)
+
+
+@pytest.mark.parametrize(
+    "orders, named",
+    [
+        ({"tombstone_table": "Deleted"}, "Deleted"),
+        ({}, "orders_tombstones"),
+    ],
+)
+def test_two_targets_of_one_tombstone_table_are_refused(orders, named):
+    """Named alike but for case (one table where MySQL folds names), or a name
+    that is another table's default: refused at start, before anything is made."""
+    items = {"key": ["id"], "version_column": "seq", "tombstone_table": "deleted"}
+    if not orders:
+        items["tombstone_table"] = "orders_tombstones"
+    raw = config_dict(cdc={"op_column": "op", "order_by": "seq"})
+    raw["mysql"] = {
+        "url": raw["mysql"]["url"],
+        "route_column": "tbl",
+        "tables": {
+            "items": items,
+            "orders": {"key": ["id"], "version_column": "seq", **orders},
+        },
+    }
+    with pytest.raises(ConfigError) as info:
+        refuse_shared(config_from_dict(raw))
+    assert str(info.value) == (
+        f"mysql.tables.orders.tombstone_table: table {named} would hold the "
+        "tombstones of table items (mysql.tables.items) and of table orders, and "
+        "one tombstone table serves one target: set "
+        "mysql.tables.orders.tombstone_table to another name"
+    )
+    del raw["mysql"]["tables"]["orders"]["version_column"]
+    refuse_shared(config_from_dict(raw))  # a table without tombstones shares none

@@ -12,12 +12,14 @@ tombstones can expire without touching it. The table is made with ``CREATE TABLE
 SELECT`` from the target, so its key and version columns have the target's own types
 and collations, and kept so at every start (a key widened or recollated later is
 widened or recollated there too): a tombstone matches a key exactly as the target's
-key does.
+key does. That DDL runs before any batch's transaction (``ensure``); a batch only
+reflects the table (``reflect``).
 
 Tombstones belong to the target, not to one sink: the table's primary key is the
 target's key, its comment names the target (``wal_sink tombstones of <table>``), and
 every sink with ``[cdc]`` and a version column writing that target reads and writes
-the same one (a sink configured with another is refused, naming it). A sink that
+the same one (a sink configured with another is refused, naming it), and it is no
+other target's (refused at start, its comment never rewritten to another). A sink that
 cannot honour them (no ``[cdc]`` or no version column) is refused on a target that
 has one (``refuse_unguarded``). ``_wal_sink_id`` names the sink that recorded a key's
 newest delete; each sink's purge expires the tombstones it recorded, after its own
@@ -50,10 +52,10 @@ from sqlalchemy import (
 )
 from sqlalchemy import inspect as inspect_db
 from sqlalchemy.dialects.mysql import insert
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
 from wal_sink.config import Config, Target
-from wal_sink.errors import ConfigError, first_line
+from wal_sink.errors import ConfigError, TerminalError, first_line
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.named_lock import named_lock
 from wal_sink.mysql.tables import ACCESS_DENIED
@@ -119,6 +121,37 @@ def refuse_unguarded(conn: Connection, config: Config, mysql: Target) -> None:
         )
 
 
+def refuse_shared(config: Config) -> None:
+    """Refuse two targets of ``config`` keeping tombstones in one table: each
+    would judge the other's upserts by its deletes. Names compare as a server that
+    folds table names compares them: ignoring case."""
+    if not config.cdc:
+        return
+    owners: dict[str, Target] = {}
+    for t in config.mysql.targets:
+        if not t.version_column:
+            continue
+        owner = owners.setdefault(t.tombstones.lower(), t)
+        if owner is not t:
+            raise ConfigError(
+                f"{t.where}.tombstone_table: table {t.tombstones} would hold the "
+                f"tombstones of table {owner.table} ({owner.where}) and of table "
+                f"{t.table}, and one tombstone table serves one target: set "
+                f"{t.where}.tombstone_table to another name"
+            )
+
+
+def ensure_tombstones(
+    engine: Engine, config: Config, targets: Sequence[Target]
+) -> None:
+    """The tombstone table of each of ``targets`` that keeps tombstones ([cdc] and
+    a version column) made or brought up to date: DDL, run at start and beside the
+    targets' own (target_ddl.py), before any batch's transaction."""
+    for target in targets:
+        if config.cdc and target.version_column:
+            Tombstones(config, target).ensure(engine)
+
+
 class Tombstones:
     """The tombstones of one target, as one sink reads and records them."""
 
@@ -128,6 +161,7 @@ class Tombstones:
         self.sink_id = config.sink.id
         self.name = mysql.tombstones
         self.target = mysql.table
+        self.where = mysql.where
         self.key = mysql.key
         self.version = mysql.version_column
         self._table: Table | None = None
@@ -136,13 +170,12 @@ class Tombstones:
         )
         """Enough of the table to count and expire, without reflecting it."""
 
-    def ensure(self, engine: Engine) -> Table:
+    def ensure(self, engine: Engine) -> None:
         """Create the table if it does not exist, or bring one of an earlier
         version or with stale column types up to date (idempotent, under a named
-        lock against a sink starting at the same time); check that it is this
-        target's only tombstone table, and return it."""
-        if self._table is not None:
-            return self._table
+        lock against a sink starting at the same time), after checking that it is
+        this target's only tombstone table and no other target's. DDL: run at
+        start, before any batch's transaction, never inside one (``reflect``)."""
         with (
             engine.connect() as conn,
             named_lock(
@@ -154,8 +187,7 @@ class Tombstones:
                 if not inspect_db(conn).has_table(self.name):
                     conn.execute(text(self._ddl(conn)))
                 else:
-                    self._check_is_one(conn)
-                    self._upgrade(conn)
+                    self._upgrade(conn, self._check_is_one(conn))
             except DBAPIError as e:
                 if error_code(e) not in ACCESS_DENIED:
                     raise
@@ -164,21 +196,53 @@ class Tombstones:
                     f"this user may not change it ({first_line(e.orig)}): create or "
                     "upgrade it as in sql/wal_sink_tables.sql"
                 ) from None
-            self._table = Table(self.name, MetaData(), autoload_with=conn)
+
+    def reflect(self, conn: Connection) -> Table:
+        """The table as it is (once), read on ``conn``, a batch's: no DDL, which
+        would commit the batch's transaction or wait on the locks it holds.
+
+        Raises:
+            TerminalError: the table is gone since the start made it.
+        """
+        if self._table is None:
+            try:
+                self._table = Table(self.name, MetaData(), autoload_with=conn)
+            except NoSuchTableError:
+                raise TerminalError(
+                    f"the tombstone table {self.name} is gone; the next start "
+                    "makes it again",
+                    table=self.target,
+                ) from None
         return self._table
 
-    def _check_is_one(self, conn: Connection) -> None:
+    def _check_is_one(self, conn: Connection) -> str:
         """Refuse a table of that name that is not a tombstone table of the
-        target (it is never changed)."""
+        target, or that holds another target's (it is never changed); returns
+        its comment."""
         columns = {c["name"] for c in inspect_db(conn).get_columns(self.name)}
         wanted = (SINK, *self.key, VERSION, DELETED_AT)
         missing = [c for c in wanted if c not in columns]
         if missing:
             raise ConfigError(
                 f"table {self.name} is not the tombstone table of {self.target} "
-                f"(no column {', '.join(missing)}); set mysql.tombstone_table to "
-                "another name"
+                f"(no column {', '.join(missing)}); set {self.where}.tombstone_table "
+                "to another name"
             )
+        comment = conn.execute(
+            text(
+                "SELECT TABLE_COMMENT FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
+            ),
+            {"t": self.name},
+        ).scalar_one()
+        owner = comment.removeprefix(COMMENT.format(""))
+        if owner != comment and owner != self.target:
+            raise ConfigError(
+                f"table {self.name} holds the tombstones of table {owner}, and one "
+                f"tombstone table serves one target: set {self.where}.tombstone_table "
+                f"to another name for table {self.target}"
+            )
+        return comment
 
     def _ddl(self, conn: Connection) -> str:
         quote = conn.dialect.identifier_preparer.quote
@@ -194,10 +258,10 @@ class Tombstones:
                 f'"{others[0]}"'
             )
 
-    def _upgrade(self, conn: Connection) -> None:
+    def _upgrade(self, conn: Connection, current: str) -> None:
         """A table of 0.4 (keyed by sink and key) keyed by the target's key, a key's
-        newest tombstone kept; the comment naming the target; the key and version
-        columns of the target's types now."""
+        newest tombstone kept; the comment naming the target (``current``: the one
+        it has); the key and version columns of the target's types now."""
         quote = conn.dialect.identifier_preparer.quote
         name = quote(self.name)
         pk = inspect_db(conn).get_pk_constraint(self.name)["constrained_columns"]
@@ -219,13 +283,6 @@ class Tombstones:
             for mine, definition in self._stale_columns(conn)
         ]
         comment = COMMENT.format(self.target)
-        current = conn.execute(
-            text(
-                "SELECT TABLE_COMMENT FROM information_schema.TABLES "
-                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
-            ),
-            {"t": self.name},
-        ).scalar_one()
         if current != comment:
             changes.append(f"COMMENT = '{comment}'")
         if changes:
@@ -269,7 +326,7 @@ class Tombstones:
     @property
     def table(self) -> Table:
         if self._table is None:
-            raise RuntimeError("Tombstones.ensure() first")
+            raise RuntimeError("Tombstones.reflect() first")
         return self._table
 
     def record(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:

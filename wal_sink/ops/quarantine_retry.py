@@ -46,6 +46,7 @@ from wal_sink.mysql.preflight import preflight
 from wal_sink.mysql.retry_state import FAILED, RETRIED, RetryState
 from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
+from wal_sink.mysql.tombstones import ensure_tombstones
 from wal_sink.ops.quarantine_entries import ROW, list_entries
 from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -125,13 +126,16 @@ class QuarantineRetry:
         self.columns = wal_columns(sink.wal)
 
     def prepare(self) -> None:
-        """The target's checks (as at the job's start) and the sink's tables."""
+        """The target's checks (as at the job's start) and the sink's tables,
+        tombstone tables included (their DDL is never run in a retry's
+        transaction)."""
         engine = self.sink.engine
         try:
             for target in self.config.mysql.targets:
                 table = reflect_target(engine, target.table)
                 preflight(engine, self.config, target, table)
             init_db(engine, self.config.mysql)
+            ensure_tombstones(engine, self.config, self.config.mysql.targets)
         except DBAPIError as e:
             raise mysql_error(e, sink_id=self.sink.sink_id) from e
 

@@ -24,7 +24,7 @@ from wal_sink.mysql.table_ddl import table_columns
 from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.target_profile import read_profile
-from wal_sink.mysql.tombstones import Tombstones
+from wal_sink.mysql.tombstones import ensure_tombstones, refuse_shared
 from wal_sink.mysql.value_fit import roles_of, say_warnings, table_fit
 from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.committer import CommitResult, Committer
@@ -221,6 +221,7 @@ class SinkInstance:
         take the lease (once per instance). While MySQL is unreachable this waits,
         within the outage budget, instead of failing at once."""
         if self.committer is None:
+            refuse_shared(self.config)
             self.claim_tables()
             self.committer = within_budget(
                 self._take_lease,
@@ -235,6 +236,7 @@ class SinkInstance:
         """Create and evolve the targets for a stream of ``schema`` as
         ``mysql.auto_create`` / ``auto_evolve`` allow, before anything is checked
         or staged (DDL, outside any batch's transaction)."""
+        refuse_shared(self.config)
         try:
             prepare_targets(self.engine, self.config, schema)
         except DBAPIError as e:
@@ -302,9 +304,7 @@ class SinkInstance:
                 preflight(self.engine, config, target, table, received[target.table])
             self._checked_columns.add(frozenset(self.stream_columns))
             init_db(self.engine, config.mysql)
-            for target in targets:
-                if config.cdc and target.version_column:
-                    Tombstones(config, target).ensure(self.engine)
+            ensure_tombstones(self.engine, config, targets)
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)
             with self.engine.connect() as conn:
                 self.known = known_batches(conn, self.acks, self.wal)

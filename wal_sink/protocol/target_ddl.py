@@ -22,6 +22,7 @@ from wal_sink.config import Config, Target
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.table_ddl import TablePlan, plan_table, run_plan, table_columns
+from wal_sink.mysql.tombstones import ensure_tombstones
 from wal_sink.wal.format import WAL_COLUMNS
 from wal_sink.wal.reader import WalReader
 
@@ -77,8 +78,11 @@ def prepare_targets(
                 create=mysql.auto_create,
                 evolve=mysql.auto_evolve,
             )
-            for statement in _done(plan, mysql.auto_create, mysql.auto_evolve):
+            done = _done(plan, mysql.auto_create, mysql.auto_evolve)
+            for statement in done:
                 log.info("sink %s: %s", config.sink.id, statement)
+            if done:  # its tombstone table with it, not in a batch's transaction
+                ensure_tombstones(engine, config, [target])
         for warning in plan.differs:
             log.warning("sink %s: %s", config.sink.id, warning)
         plans.append(plan)

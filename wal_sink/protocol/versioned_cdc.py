@@ -60,7 +60,7 @@ class VersionedCdc:
         or version as the target's types (an insert would fail on them). With
         ``cut_after_deletes`` a piece also ends after each run of deletes."""
         if self._probe is None:
-            self.tombstones.ensure(conn.engine)
+            self.tombstones.reflect(conn)  # made at start: no DDL in a batch
             self._probe = StaleProbe(conn, self.tombstones)
         pending = list(reversed(self._cut(rows) if cut_after_deletes else [rows]))
         while pending:
