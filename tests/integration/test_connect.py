@@ -10,9 +10,7 @@ never reaches MySQL.
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -25,12 +23,10 @@ import pytest
 from deltalake import DeltaTable
 
 from devtools.spark_connect import ConnectServer
-from tests.helpers import REPO, write_config
+from tests.helpers import REPO, SEED, arrive, rng, write_config
 
 pytestmark = pytest.mark.crash
 
-SEED = int(os.environ.get("WAL_SINK_TEST_SEED", time.time()))
-rng = random.Random(SEED)
 WAL_SINK = str(Path(sys.executable).with_name("wal-sink"))
 CLIENT = Path(__file__).with_name("connect_client.py")
 STARTED: list[subprocess.Popen] = []
@@ -77,22 +73,6 @@ class FollowProcess:
     def terminate(self, timeout: float = 120) -> int:
         os.killpg(self.proc.pid, signal.SIGTERM)
         return self.proc.wait(timeout)
-
-
-def feed(landing: Path, expected: dict[str, Decimal], files: int, pause: float):
-    for i in range(files):
-        rows = [
-            (f"k{rng.randrange(6)}", Decimal(rng.randrange(1, 10_000)) / 100)
-            for _ in range(rng.randrange(1, 20))
-        ]
-        tmp = landing / f".f{i:03d}.tmp"
-        tmp.write_text(
-            "".join(json.dumps({"k": k, "amount": str(a)}) + "\n" for k, a in rows)
-        )
-        tmp.rename(landing / f"f{i:03d}.json")
-        for k, a in rows:
-            expected[k] = expected.get(k, Decimal(0)) + a
-        time.sleep(pause)
 
 
 def applied(db, follower: FollowProcess, batches: int, timeout: float = 180) -> None:
@@ -148,24 +128,32 @@ def test_connect_query_and_follower_killed_mid_stream_land_exactly_once(
     landing, cp, log = tmp_path / "landing", tmp_path / "cp", tmp_path / "follow.log"
     landing.mkdir()
     expected: dict[str, Decimal] = {}
-    feeding = threading.Thread(target=feed, args=(landing, expected, 50, 0.4))
+    killed = threading.Event()  # files arrive until the last kill, however slow
+    feeding = threading.Thread(target=arrive, args=(landing, expected, 30, 0.4, killed))
     feeding.start()
-    start_query(server, config, landing, cp, "processing")
-    follower = FollowProcess(config, log)
 
-    applied(db, follower, 2)
-    follower.kill()  # the follower alone
-    follower = FollowProcess(config, log)
-    applied(db, follower, 2)
-    server.kill()  # the server alone: the query (and its client) dies with it
-    server.start()
-    start_query(server, config, landing, cp, "processing")
-    applied(db, follower, 2)
-    server.kill()  # both at once
-    follower.kill()
-    server.start()
-    follower = FollowProcess(config, log)
+    def kill_mid_stream(*processes) -> None:
+        assert feeding.is_alive(), "data stopped arriving before the kill"
+        for process in processes:
+            process.kill()
+
+    try:
+        start_query(server, config, landing, cp, "processing")
+        follower = FollowProcess(config, log)
+        applied(db, follower, 2)
+        kill_mid_stream(follower)  # the follower alone
+        follower = FollowProcess(config, log)
+        applied(db, follower, 2)
+        kill_mid_stream(server)  # the server alone: the query (and its client) too
+        server.start()
+        start_query(server, config, landing, cp, "processing")
+        applied(db, follower, 2)
+        kill_mid_stream(server, follower)  # both at once
+    finally:
+        killed.set()
     feeding.join()
+    server.start()
+    follower = FollowProcess(config, log)
 
     # What is left: one query run that drains, then SIGTERM applies the rest.
     drain = start_query(server, config, landing, cp, "available-now")
