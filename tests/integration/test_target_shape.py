@@ -172,6 +172,13 @@ def test_a_staged_batch_without_a_column_the_config_names_is_refused(
     assert nothing_written(db)
 
 
+def test_a_target_that_is_not_transactional_is_refused_at_start(db, fresh, config):
+    fresh("CREATE TABLE t (k BIGINT PRIMARY KEY, n BIGINT) ENGINE=MyISAM")
+    said = refused_at_start(config("t", ["k"]), pa.schema([("k", I64), ("n", I64)]))
+    assert "table 't': target table uses MyISAM; it must be InnoDB" in said, said
+    assert nothing_written(db)
+
+
 # -- columns MySQL writes by itself -------------------------------------------
 
 TS = pa.timestamp("us", tz="UTC")

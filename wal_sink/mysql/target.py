@@ -33,7 +33,7 @@ def reflect_target(engine: Engine, name: str) -> Table:
         if engine_name is None:
             _refuse_unseen(conn, name)
         if engine_name.upper() != "INNODB":
-            raise TerminalError(
+            raise ConfigError(
                 f"target table uses {engine_name}; it must be InnoDB (transactional) "
                 "for batches to be applied atomically",
                 table=name,
