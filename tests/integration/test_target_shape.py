@@ -377,6 +377,83 @@ def test_what_no_statement_can_repair_is_refused_in_one_line(
     assert nothing_written(db)
 
 
+def clamping_trigger(db, mode: str) -> None:
+    """A BEFORE INSERT trigger on t passing NEW.n to procedure clamp, whose second
+    parameter is ``mode`` (the first argument holds a comma of its own); clamp
+    notes the value it got in table seen, then sets its parameter (only OUT and
+    INOUT hand that back to NEW.n)."""
+    db.execute("DROP PROCEDURE IF EXISTS clamp")
+    db.execute(
+        f"CREATE PROCEDURE clamp(IN lo BIGINT, {mode} x BIGINT) "
+        "BEGIN INSERT INTO seen VALUES (x); SET x = lo; END"
+    )
+    db.execute(
+        "CREATE TRIGGER t_clamp BEFORE INSERT ON t FOR EACH ROW "
+        "CALL clamp(LEAST(0, 1), NEW.`n`)"
+    )
+
+
+@pytest.mark.parametrize("mode", ["IN", "OUT", "INOUT"])
+def test_a_trigger_passing_a_written_column_to_a_procedure_is_refused_unless_in(
+    db, fresh, config, mode
+):
+    """``CALL clamp(…, NEW.n)`` sets NEW.n where that parameter is OUT or INOUT:
+    the stream's value was replaced, and the start went on. An IN parameter only
+    reads it."""
+    fresh(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, n BIGINT)",
+        "CREATE TABLE seen (n BIGINT)",
+    )
+    clamping_trigger(db, mode)
+    cfg = config("t", ["k"])
+    schema = pa.schema([("k", I64), ("n", I64)])
+    if mode == "IN":
+        apply(cfg, schema, [{"k": 1, "n": 5}])
+        assert db.rows("SELECT n FROM t") == db.rows("SELECT n FROM seen") == [(5,)]
+        return
+    assert refused_at_start(cfg, schema) == (
+        "trigger t_clamp (BEFORE INSERT) on table t sets NEW.n, a column the stream "
+        f"writes, through procedure clamp (its {mode} parameter 2): rows would end "
+        "as the trigger says, not as mysql.merge does. Leave n out of the stream, "
+        "or drop the trigger"
+    )
+    assert nothing_written(db)
+
+
+def test_a_trigger_calling_a_procedure_this_user_cannot_see_is_refused_saying_so(
+    mariadb, db, fresh, config
+):
+    """The server shows a user only the routines it holds a privilege on: a
+    parameter this user cannot see may be OUT. Once it may see it, an IN
+    parameter lets the sink start."""
+    fresh(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, n BIGINT)",
+        "CREATE TABLE seen (n BIGINT)",
+    )
+    clamping_trigger(db, "IN")
+    with mariadb.root() as conn, conn.cursor() as cur:
+        cur.execute(
+            "CREATE USER IF NOT EXISTS 'unseen'@'127.0.0.1' "
+            f"IDENTIFIED BY '{SINK_PASSWORD}'"
+        )
+        cur.execute(
+            "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, TRIGGER "
+            f"ON {db.name}.* TO 'unseen'@'127.0.0.1'"
+        )
+    cfg = config("t", ["k"], url=db.url.replace("sink@", "unseen@"))
+    schema = pa.schema([("k", I64), ("n", I64)])
+    assert refused_at_start(cfg, schema) == (
+        "trigger t_clamp (BEFORE INSERT) on table t may set NEW.n, a column the "
+        "stream writes, through procedure clamp, whose parameters this user cannot "
+        "see: rows would end as the trigger says, not as mysql.merge does. Leave n "
+        "out of the stream, or drop the trigger, or let this user see the "
+        "procedure's parameters (GRANT EXECUTE ON PROCEDURE clamp)"
+    )
+    db.execute(f"GRANT EXECUTE ON PROCEDURE {db.name}.clamp TO 'unseen'@'127.0.0.1'")
+    apply(cfg, schema, [{"k": 1, "n": 5}])
+    assert db.rows("SELECT n FROM t") == [(5,)]
+
+
 def test_an_audit_trigger_works_and_one_that_refuses_a_row_sets_it_aside(
     db, fresh, config
 ):

@@ -17,13 +17,13 @@ The rest is made to mean what the config says elsewhere: the engine pins the ses
   ``NO_AUTO_VALUE_ON_ZERO`` (a 0 becomes the next value): only with an engine that
   is not the sink's (the sink's pins it);
 - a BEFORE INSERT / UPDATE trigger that sets ``NEW.<column>`` of a column the
-  stream writes: the row would end as the trigger says;
+  stream writes, itself or through a procedure (trigger_writes.py): the row would
+  end as the trigger says;
 - another unique index the stream reaches (unique_keys.py).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from sqlalchemy import Connection
@@ -31,14 +31,8 @@ from sqlalchemy import Connection
 from wal_sink.config import Config, Target
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.target_profile import TargetProfile, read_profile
+from wal_sink.mysql.trigger_writes import assignments
 from wal_sink.mysql.unique_keys import refuse_unique_conflicts
-
-# ``SET NEW.col =``, ``…, NEW.col :=`` in a SET list, ``SELECT … INTO NEW.col``
-NEW_ASSIGNED = re.compile(
-    r"(?:(?:\bSET|,)\s*NEW\s*\.\s*(`(?:[^`]|``)+`|\w+)\s*:?=)"
-    r"|(?:\bINTO\s+NEW\s*\.\s*(`(?:[^`]|``)+`|\w+))",
-    re.IGNORECASE,
-)
 
 
 def check_writes(
@@ -57,7 +51,7 @@ def check_writes(
         _refuse_computed(profile, written)
         _refuse_unfilled(profile, written)
         _refuse_unpinned(profile, written)
-        _refuse_rewriting_triggers(profile, written)
+        _refuse_rewriting_triggers(conn, profile, written)
     refuse_unique_conflicts(conn, target, profile, written)
     return profile
 
@@ -144,20 +138,31 @@ def _refuse_unpinned(profile: TargetProfile, written: list[str]) -> None:
             )
 
 
-def _refuse_rewriting_triggers(profile: TargetProfile, written: list[str]) -> None:
+def _refuse_rewriting_triggers(
+    conn: Connection, profile: TargetProfile, written: list[str]
+) -> None:
     have = {c.lower() for c in written}
     for trigger in profile.triggers or ():
         if trigger.timing.upper() != "BEFORE" or trigger.event.upper() == "DELETE":
             continue
-        for match in NEW_ASSIGNED.finditer(trigger.statement):
-            name = (match.group(1) or match.group(2)).strip("`").replace("``", "`")
-            if name.lower() in have:
-                raise ConfigError(
-                    f"trigger {trigger.name} ({trigger.timing} {trigger.event}) on "
-                    f"table {profile.table} sets NEW.{name}, a column the stream "
-                    "writes: rows would end as the trigger says, not as mysql.merge "
-                    f"does. Leave {name} out of the stream, or drop the trigger"
+        for found in assignments(conn, trigger):
+            if found.column.lower() not in have:
+                continue
+            name = found.column
+            verb, see = "sets", ""
+            if not found.certain:
+                verb = "may set"
+                see = (
+                    ", or let this user see the procedure's parameters (GRANT "
+                    f"EXECUTE ON PROCEDURE {found.procedure})"
                 )
+            raise ConfigError(
+                f"trigger {trigger.name} ({trigger.timing} {trigger.event}) on "
+                f"table {profile.table} {verb} NEW.{name}, a column the stream "
+                f"writes{found.through}: rows would end as the trigger says, not "
+                f"as mysql.merge does. Leave {name} out of the stream, or drop the "
+                f"trigger{see}"
+            )
 
 
 def visibility_warnings(profile: TargetProfile) -> list[str]:
