@@ -7,6 +7,7 @@ for a table's metadata lock. The job's runs (the type mapping's round trip,
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -187,3 +188,37 @@ def test_a_key_longer_than_its_column_is_set_aside_row_by_row(db, config):
     sink.close()
     assert db.rows("SELECT k FROM made") == [("y",)]
     assert db.rows("SELECT quarantined FROM wal_sink_ack") == [(1,)]
+
+
+@pytest.mark.parametrize(
+    "fields, chars",
+    [
+        ([("k", pa.string()), ("n", pa.int64())], 766),
+        (
+            [
+                ("k", pa.string()),
+                ("j", pa.string()),
+                ("d", pa.decimal128(38, 0)),
+                ("at", pa.timestamp("us", tz="UTC")),
+            ],
+            380,
+        ),
+    ],
+)
+def test_a_compound_key_of_text_and_numbers_is_created_within_innodbs_key_length(
+    db, config, fields, chars
+):
+    """The key's text columns share what its other columns leave of InnoDB's 3072
+    bytes: a VARCHAR(768) key column beside a BIGINT failed with 1071 (key too
+    long). A key as long as the column allows, of 4-byte characters, lands."""
+    schema = pa.schema(fields)
+    cfg = config(auto_create=True, key=schema.names)
+    longest = "\N{GRINNING FACE}" * chars
+    values = {"n": 1, "d": Decimal(10**37), "at": datetime(2001, 1, 1)}
+    row = {f.name: longest if f.type == pa.string() else values[f.name] for f in schema}
+    stage_rows(cfg, 0, [row], schema)
+    sink = SinkInstance(cfg)
+    sink.recover()
+    sink.close()
+    assert f"`k` varchar({chars})" in create_table(db)
+    assert db.rows("SELECT CHAR_LENGTH(k), LENGTH(k) FROM made") == [(chars, 4 * chars)]

@@ -5,7 +5,7 @@ import pyarrow as pa
 import pytest
 
 from wal_sink.errors import ConfigError
-from wal_sink.mysql.column_types import Dialect, mysql_type
+from wal_sink.mysql.column_types import Dialect, mysql_type, text_key_bytes
 
 MARIADB, MYSQL8 = Dialect(mariadb=True), Dialect(mariadb=False)
 
@@ -47,12 +47,32 @@ def test_text_is_utf8mb4_with_a_binary_no_pad_collation_on_each_server(
     assert mysql_type(nested, dialect) == mysql_type(text, dialect), "JSON text"
 
 
-def test_a_text_key_is_as_long_as_innodb_indexes_shared_by_the_keys_texts():
-    one = mysql_type(pa.field("k", pa.string()), MARIADB, key=True, key_texts=1)
-    two = mysql_type(pa.field("k", pa.string()), MARIADB, key=True, key_texts=2)
-    assert one.startswith("VARCHAR(768) ") and two.startswith("VARCHAR(384) ")
-    assert mysql_type(pa.field("k", pa.binary()), MARIADB, key=True) == (
-        "VARBINARY(3072)"
+@pytest.mark.parametrize(
+    "others, room",
+    [
+        ([], 3072),
+        ([pa.string()], 1536),
+        ([pa.int64()], 3064),
+        ([pa.int32(), pa.bool_(), pa.date32(), pa.float32()], 3060),
+        ([pa.string(), pa.decimal128(38, 0), pa.timestamp("us")], 1523),
+        ([pa.decimal128(10, 2)], 3067),
+        ([pa.decimal256(65, 30)], 3042),
+    ],
+)
+def test_a_text_key_shares_what_the_other_key_columns_leave_of_innodbs_key(
+    others, room
+):
+    """Widths as MariaDB 10.11 indexes them: the longest VARCHAR each key took
+    beside the others was found by creating tables."""
+    key = [pa.field("k", pa.string())] + [
+        pa.field(f"c{i}", kind) for i, kind in enumerate(others)
+    ]
+    assert text_key_bytes(key) == room
+    text = mysql_type(key[0], MARIADB, key=True, key_bytes=room)
+    assert text.startswith(f"VARCHAR({room // 4}) ")
+    binary = pa.field("b", pa.binary())
+    assert mysql_type(binary, MARIADB, key=True, key_bytes=room) == (
+        f"VARBINARY({room})"
     )
 
 

@@ -10,7 +10,8 @@ Spark's schema the same way, so the job and the follower map alike):
   DECIMAL(p, s), booleans to BOOLEAN;
 - text to utf8mb4 text with a binary, NO PAD collation (Spark's ``'a'``, ``'A'`` and
   ``'a '`` are three values, and three keys): LONGTEXT, or for a key column a
-  VARCHAR as long as InnoDB can index (3072 bytes over the key's text columns);
+  VARCHAR as long as InnoDB can index (its 3072 bytes, less what the key's other
+  columns take, shared by the key's text columns);
   bytes to LONGBLOB, or VARBINARY for a key;
 - dates to DATE, timestamps (with or without a zone) to DATETIME(6): to the
   microsecond whatever the session's time zone, and past 2038 (TIMESTAMP ends there);
@@ -26,6 +27,7 @@ column) is set aside row by row, as any value MySQL refuses.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -36,6 +38,9 @@ from wal_sink.errors import ConfigError
 KEY_BYTES = 3072
 """InnoDB's longest index key (DYNAMIC and COMPRESSED rows)."""
 UTF8MB4_BYTES = 4
+DECIMAL_DIGIT_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+"""How MySQL stores a DECIMAL: four bytes per nine digits of each side of the
+point, and these for the digits left over."""
 
 
 @dataclass(frozen=True)
@@ -63,11 +68,11 @@ INTEGERS = {
 
 
 def mysql_type(
-    field: pa.Field, dialect: Dialect, *, key: bool = False, key_texts: int = 1
+    field: pa.Field, dialect: Dialect, *, key: bool = False, key_bytes: int = KEY_BYTES
 ) -> str:
     """The column type (without NULL-ness) that holds every value of ``field``;
-    ``key_texts`` is how many text or binary columns the key has (they share
-    InnoDB's key length).
+    ``key_bytes`` is what a text or binary key column may take of InnoDB's key
+    length (``text_key_bytes``).
 
     Raises:
         ConfigError: no MySQL type holds the column's values, naming it.
@@ -86,11 +91,10 @@ def mysql_type(
     if pa.types.is_boolean(kind):
         return "BOOLEAN"
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        chars = _key_length(key_texts) // UTF8MB4_BYTES
-        text = f"VARCHAR({chars})" if key else "LONGTEXT"
+        text = f"VARCHAR({key_bytes // UTF8MB4_BYTES})" if key else "LONGTEXT"
         return f"{text} CHARACTER SET utf8mb4 COLLATE {dialect.text_collation}"
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-        return f"VARBINARY({_key_length(key_texts)})" if key else "LONGBLOB"
+        return f"VARBINARY({key_bytes})" if key else "LONGBLOB"
     if pa.types.is_date(kind):
         return "DATE"
     if pa.types.is_timestamp(kind):
@@ -115,8 +119,45 @@ def mysql_type(
     )
 
 
-def _key_length(key_texts: int) -> int:
-    return KEY_BYTES // max(key_texts, 1)
+def text_key_bytes(key: Sequence[pa.Field]) -> int:
+    """What each text or binary column of a key of ``key``'s columns may take of
+    InnoDB's KEY_BYTES: an equal share of what the other columns leave, as the
+    index stores the types ``mysql_type`` gives them."""
+    texts = [f for f in key if _is_text(f.type)]
+    others = sum(_index_bytes(f.type) for f in key if not _is_text(f.type))
+    return (KEY_BYTES - others) // max(len(texts), 1)
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    """Text or bytes: a VARCHAR or VARBINARY in a key."""
+    return any(
+        check(kind)
+        for check in (
+            pa.types.is_string,
+            pa.types.is_large_string,
+            pa.types.is_binary,
+            pa.types.is_large_binary,
+        )
+    )
+
+
+def _index_bytes(kind: pa.DataType) -> int:
+    """The bytes a key column of ``mysql_type``'s type for ``kind`` (not text)
+    takes in an InnoDB index; 0 for a type no key column can have."""
+    if kind in INTEGERS or pa.types.is_floating(kind):
+        return kind.bit_width // 8
+    if pa.types.is_decimal(kind):
+        return sum(
+            digits // 9 * 4 + DECIMAL_DIGIT_BYTES[digits % 9]
+            for digits in (kind.precision - kind.scale, kind.scale)
+        )
+    if pa.types.is_boolean(kind):
+        return 1
+    if pa.types.is_date(kind):
+        return 3
+    if pa.types.is_timestamp(kind):
+        return 8  # DATETIME(6)
+    return 0
 
 
 def _refuse(field: pa.Field, why: str, way_out: str) -> NoReturn:

@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.errors import TransientError, first_line
-from wal_sink.mysql.column_types import Dialect, mysql_type
+from wal_sink.mysql.column_types import Dialect, mysql_type, text_key_bytes
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.named_lock import named_lock
 
@@ -64,11 +64,11 @@ def plan_table(
     dialect = Dialect(mariadb=conn.dialect.is_mariadb)
     quote = conn.dialect.identifier_preparer.quote
     existing = table_columns(conn, table)
-    texts = sum(1 for k in key if k in schema.names and _is_text(schema.field(k).type))
+    room = text_key_bytes([schema.field(k) for k in key if k in schema.names])
 
     def column(field: pa.Field) -> str:
         is_key = field.name in key
-        kind = mysql_type(field, dialect, key=is_key, key_texts=texts)
+        kind = mysql_type(field, dialect, key=is_key, key_bytes=room)
         return f"{quote(field.name)} {kind} {'NOT NULL' if is_key else 'NULL'}"
 
     if not existing:
@@ -85,7 +85,7 @@ def plan_table(
         have = existing.get(field.name.lower())
         if have is None:
             continue
-        wanted = mysql_type(field, dialect, key=field.name in key, key_texts=texts)
+        wanted = mysql_type(field, dialect, key=field.name in key, key_bytes=room)
         if _base(wanted) != _base(have):
             differs.append(
                 f"column {field.name} of table {table} is {have}, the stream's "
@@ -157,15 +157,3 @@ def _base(column_type: str) -> str:
     kind = column_type.lower().split(" character set")[0]
     kind = DISPLAY_WIDTH.sub(r"\1", kind)
     return "tinyint" if kind == "boolean" else kind
-
-
-def _is_text(kind: pa.DataType) -> bool:
-    return any(
-        check(kind)
-        for check in (
-            pa.types.is_string,
-            pa.types.is_large_string,
-            pa.types.is_binary,
-            pa.types.is_large_binary,
-        )
-    )
