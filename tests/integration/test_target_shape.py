@@ -7,6 +7,8 @@ test_target_shape_job.py."""
 from __future__ import annotations
 
 import json
+import subprocess
+from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -17,6 +19,7 @@ from devtools.mariadb import SINK_PASSWORD
 from tests.helpers import stage_rows
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError, TerminalError
+from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.retry_state import RETRIED
 from wal_sink.ops.quarantine_entries import list_entries
 from wal_sink.ops.quarantine_retry import plan_retry, run_retry
@@ -256,6 +259,113 @@ def test_an_updated_at_column_the_stream_does_not_write_keeps_refreshing(
     )
     [(label, updated)] = db.rows("SELECT label, updated_at FROM t")
     assert label == "b" and updated.year > 2001
+
+
+@pytest.fixture
+def server_zone(db):
+    """``server_zone(zone)``: the server's global time_zone for the test (a named
+    zone loaded from the system's zoneinfo first), restored after it."""
+    [(saved,)] = db.rows("SELECT @@global.time_zone")
+
+    def set_zone(zone: str) -> None:
+        if "/" in zone and not db.rows(
+            "SELECT 1 FROM mysql.time_zone_name WHERE Name = %s", (zone,)
+        ):
+            sql = subprocess.run(
+                ["mariadb-tzinfo-to-sql", f"/usr/share/zoneinfo/{zone}", zone],
+                capture_output=True,
+                check=True,
+            ).stdout
+            subprocess.run(
+                ["mariadb", "--no-defaults", "-S", str(db.server.socket), "-uroot"]
+                + ["mysql"],
+                input=sql,
+                capture_output=True,
+                check=True,
+            )
+        db.execute("SET GLOBAL time_zone = %s", (zone,))
+
+    yield set_zone
+    db.execute("SET GLOBAL time_zone = %s", (saved,))
+
+
+def server_now(db) -> datetime:
+    """NOW() of a new session: the server's wall clock, in its own zone."""
+    return db.rows("SELECT NOW(6)")[0][0]
+
+
+# Berlin's clocks went back at 01:00 UTC that day: both are 02:30 there.
+FALL_BACK = [datetime(2026, 10, 25, h, 30, tzinfo=timezone.utc) for h in (0, 1)]
+
+
+@pytest.mark.parametrize("zone", ["+02:00", "Europe/Berlin"])
+@pytest.mark.parametrize("path", ["row by row", "multi-row", "local_infile"])
+def test_datetime_columns_mysql_fills_take_the_servers_local_time(
+    db, fresh, config, calls, monkeypatch, server_zone, zone, path
+):
+    """DATETIME DEFAULT / ON UPDATE CURRENT_TIMESTAMP columns the stream does not
+    write get the server's wall clock, as every other writer's rows do, although
+    the sink's sessions run in UTC; ON UPDATE only where the upsert changes the
+    row (a label differing only in case is a change); the TIMESTAMP values the
+    stream writes keep their instants, in the hour a DST zone has twice too."""
+    fresh(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, label VARCHAR(8), n BIGINT, "
+        "u INT UNSIGNED, at TIMESTAMP(6) NULL, "
+        "made DATETIME DEFAULT CURRENT_TIMESTAMP, "
+        "made3 DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), "
+        "touched DATETIME(6) NULL ON UPDATE CURRENT_TIMESTAMP(6))"
+    )
+    server_zone(zone)
+    old = datetime(2001, 1, 1)
+    db.execute("INSERT INTO t VALUES (5, 'e', 1, 1, NULL, %s, %s, %s)", (old,) * 3)
+    if path == "row by row":
+        monkeypatch.setattr(MultiRowUpsert, "for_schema", classmethod(lambda *a: None))
+    cfg = config(
+        "t", ["k"], merge={"n": "add", "u": "add"}, local_infile=path == "local_infile"
+    )
+    schema = pa.schema(
+        [("k", I64), ("label", pa.string()), ("n", I64), ("u", I64), ("at", TS)]
+    )
+    began = server_now(db)
+    apply(
+        cfg,
+        schema,
+        [
+            {"k": 1, "label": "a", "n": 1, "u": 5, "at": FALL_BACK[0]},
+            {"k": 2, "label": "b", "n": 1, "u": 5, "at": FALL_BACK[1]},
+            {"k": 3, "label": "c", "n": 1, "u": 5, "at": None},
+        ],
+        [
+            {"k": 1, "label": "A", "n": 0, "u": 0, "at": FALL_BACK[0]},  # changed
+            {"k": 2, "label": "b", "n": 0, "u": 0, "at": FALL_BACK[1]},  # unchanged
+            {"k": 4, "label": "d", "n": 1, "u": 1, "at": None},
+            {"k": 5, "label": "e", "n": None, "u": None, "at": None},  # unchanged
+        ],
+        [{"k": 3, "label": "c", "n": 0, "u": -1, "at": None}],  # by key: changed
+    )
+    ended = server_now(db)
+    fast = {"row by row": 0, "multi-row": 7, "local_infile": 7}[path]
+    assert calls == {
+        "multi_row": fast if path == "multi-row" else 0,
+        "local_infile": fast if path == "local_infile" else 0,
+    }
+    got = {
+        k: rest
+        for k, *rest in db.rows(
+            "SELECT k, made, made3, touched, UNIX_TIMESTAMP(at) FROM t ORDER BY k"
+        )
+    }
+
+    def now(value: datetime | None, digits: int) -> bool:
+        step = 10 ** (6 - digits)  # the column's precision: truncated
+        low = began.replace(microsecond=began.microsecond // step * step)
+        return value is not None and low <= value <= ended
+
+    assert all(now(got[k][0], 0) and now(got[k][1], 3) for k in (1, 2, 3, 4)), got
+    assert [got[k][2] for k in (2, 4, 5)] == [None, None, old], got
+    assert now(got[1][2], 6) and now(got[3][2], 6), got
+    assert got[5][:2] == [old, old]
+    assert [got[k][3] for k in (1, 2)] == [f.timestamp() for f in FALL_BACK]
 
 
 @pytest.mark.parametrize("local_infile", [False, True])

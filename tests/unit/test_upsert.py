@@ -1,11 +1,12 @@
 """The merge SQL as each server's dialect renders it."""
 
 import pytest
-from sqlalchemy import BigInteger, Column, MetaData, Numeric, String, Table
+from sqlalchemy import BigInteger, Column, DateTime, MetaData, Numeric, String, Table
 from sqlalchemy.dialects.mysql import pymysql
 
 from wal_sink.config import MysqlConfig
 from wal_sink.errors import TerminalError
+from wal_sink.mysql.target_profile import COLUMN_FACTS, ColumnFacts
 from wal_sink.mysql.upsert import build_delete, build_upsert
 
 TABLE = Table(
@@ -110,3 +111,45 @@ def test_delete_with_a_version_column_spares_newer_rows():
         "WHERE totals.org = %s AND (totals.seq IS NULL OR totals.seq <= %s)"
     )
     assert list(stmt.compile().params) == ["org", "seq"]
+
+
+def clock_facts(name: str, default: str | None, extra: str) -> dict:
+    """A reflected DATETIME column's info, as MySQL 8 shows the clock: without
+    parentheses, ``DEFAULT_GENERATED`` before ``on update``."""
+    facts = ColumnFacts(name, "datetime", "datetime", True, default, extra, False)
+    return {COLUMN_FACTS: facts}
+
+
+def test_mysql8_datetime_columns_of_the_clock_take_the_servers_time():
+    """DATETIME columns MySQL fills with the time and the stream does not write
+    are assigned the server's wall clock (mysql/server_clock.py), the ON UPDATE one
+    before the values it compares with the stored ones, parameter-free."""
+    label = ColumnFacts("label", "varchar", "varchar(8)", True, None, "", False, "x_ci")
+    clocked = Table(
+        "clocked",
+        MetaData(),
+        Column("org", String(8), primary_key=True),
+        Column("label", String(8), info={COLUMN_FACTS: label}),
+        Column("made", DateTime, info=clock_facts("made", "CURRENT_TIMESTAMP", "")),
+        Column(
+            "touched",
+            DateTime,
+            info=clock_facts(
+                "touched", None, "default_generated on update current_timestamp(3)"
+            ),
+        ),
+    )
+    stmt = build_upsert(clocked, ["org", "label"], config())
+    clock = "CONVERT_TZ(UTC_TIMESTAMP({}), '+00:00', @@global.time_zone)"
+    sql = render(stmt, (8, 0, 36))
+    assert sql.index(
+        " touched = CASE WHEN (NOT (CAST(CAST(new.label AS CHAR "
+        "CHARACTER SET x) AS BINARY) <=> CAST(clocked.label AS BINARY))) "
+        f"THEN {clock.format(3)} ELSE clocked.touched END"
+    ) < sql.index(" label = new.label")
+    assert "made" not in sql, "DEFAULT applies on insert only"
+    assert "%(" not in sql
+    executed = stmt.compile(dialect=pymysql.dialect(), column_keys=["org", "label"])
+    assert str(executed).split(" ON DUPLICATE")[0] == (
+        f"INSERT INTO clocked (org, label, made) VALUES (%s, %s, {clock.format(0)})"
+    )

@@ -9,7 +9,7 @@ the callers go row by row, and PyMySQL renders values one by one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -76,12 +76,19 @@ def tsv(chunk: pa.RecordBatch, columns: Sequence[str]) -> pa.Buffer:
 
 
 def sql_rows(
-    chunk: pa.RecordBatch, columns: Sequence[str], max_bytes: int
+    chunk: pa.RecordBatch,
+    columns: Sequence[str],
+    max_bytes: int,
+    constants: Mapping[str, str] | None = None,
 ) -> list[str]:
     """``(v1,v2,…),(…)`` lists of literals for ``VALUES``, each at most ``max_bytes``
-    long unless a single row is longer."""
-    fields = []
+    long unless a single row is longer; a column of ``constants`` is that SQL text
+    in every row."""
+    fields: list[pa.Array | str] = []
     for name in columns:
+        if constants and name in constants:
+            fields.append(constants[name])
+            continue
         column = chunk.column(name)
         text = _as_text(column)
         if not any(check(column.type) for check in UNQUOTED):

@@ -33,6 +33,7 @@ from wal_sink.config import Target
 from wal_sink.mysql.arrow_text import renderable, tsv
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.guarded_connection import GuardedConnection
+from wal_sink.mysql.server_clock import clock_defaults
 from wal_sink.mysql.upsert import update_assignments
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,11 @@ class BulkLoader:
             f"_wal_sink_load_{zlib.crc32(f'{sink_id}/{target.name}'.encode())}"
         )
         loaded = table(self.load_table, *[column(c) for c in columns])
-        source = select(*[loaded.c[c] for c in columns]).order_by(
+        clock = clock_defaults(target, columns)  # server_clock.py says why
+        source = select(*[loaded.c[c] for c in columns], *clock.values()).order_by(
             literal_column(ROW_COLUMN)
         )
-        stmt = insert(target).from_select(self.columns, source)
+        stmt = insert(target).from_select([*self.columns, *clock], source)
         self.upsert = stmt.on_duplicate_key_update(
             update_assignments(target, self.columns, mysql, stmt.inserted)
         )

@@ -16,6 +16,7 @@ from sqlalchemy import Connection, literal_column
 from sqlalchemy.dialects.mysql import Insert
 
 from wal_sink.mysql.arrow_text import finite, renderable, sql_rows
+from wal_sink.mysql.server_clock import clock_defaults
 
 # As PyMySQL's executemany: statements of about 1 MB, well under max_allowed_packet.
 MAX_STATEMENT_BYTES = 1_024_000
@@ -30,17 +31,25 @@ class MultiRowUpsert:
         # it is the statement's prefix and postfix. ``inline``: a key given as an
         # SQL expression would otherwise have the key fetched back with RETURNING
         # (MariaDB 10.5+): every upserted key sent back to the committer.
-        marks = {c: f"__wal_sink_value_{i}__" for i, c in enumerate(columns)}
+        # Columns the upsert fills with the server's time (server_clock.py) are
+        # marked too, and rendered as that SQL in every row.
+        clock = {
+            c: str(e.compile(dialect=conn.dialect))
+            for c, e in clock_defaults(upsert.table, columns).items()
+        }
+        marks = {c: f"__wal_sink_value_{i}__" for i, c in enumerate([*columns, *clock])}
         values = {c: literal_column(m) for c, m in marks.items()}
         statement = upsert.values(values).inline()
         sql = str(statement.compile(dialect=conn.dialect))
-        order = sorted(columns, key=lambda c: sql.find(marks[c]))
+        order = sorted(marks, key=lambda c: sql.find(marks[c]))
         prefix, values, postfix = sql.partition(
             "(" + ", ".join(marks[c] for c in order) + ")"
         )
         if not values or "__wal_sink_value_" in postfix:
             raise ValueError("not a multi-row INSERT this path can build")
-        self.columns = order  # the statement's column order
+        self.row = order  # the statement's column order
+        self.columns = [c for c in order if c not in clock]  # the chunk's
+        self.clock = clock
         # Sent without parameters: a '%' of a column name, which SQLAlchemy doubles
         # for the driver's formatting, is undoubled here as the driver would; a
         # placeholder outside VALUES (none is expected) leaves it to the driver.
@@ -70,7 +79,7 @@ class MultiRowUpsert:
         while MySQL runs the current one's, and hands them to ``apply``."""
         return [
             self.prefix + values + self.postfix
-            for values in sql_rows(chunk, self.columns, MAX_STATEMENT_BYTES)
+            for values in sql_rows(chunk, self.row, MAX_STATEMENT_BYTES, self.clock)
         ]
 
     def apply(

@@ -11,6 +11,7 @@ from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
 from wal_sink.errors import ConfigError, TerminalError, TransientError
 from wal_sink.mysql.errors import error_code
+from wal_sink.mysql.target_profile import COLUMN_FACTS, read_columns
 
 # What the sink does to target rows (upserts, CDC deletes).
 TARGET_PRIVILEGES = "SELECT, INSERT, UPDATE, DELETE"
@@ -21,7 +22,7 @@ ACCESS_DENIED = frozenset({1142, 1143})
 
 def reflect_target(engine: Engine, name: str) -> Table:
     """Reflect the target table, refusing a missing, invisible or non-transactional
-    one."""
+    one; each column's ``info`` holds its facts (target_profile.facts_of)."""
     with engine.connect() as conn:
         engine_name = conn.execute(
             text(
@@ -39,7 +40,7 @@ def reflect_target(engine: Engine, name: str) -> Table:
                 table=name,
             )
         try:
-            return Table(
+            table = Table(
                 name,
                 MetaData(),
                 autoload_with=conn,
@@ -47,6 +48,10 @@ def reflect_target(engine: Engine, name: str) -> Table:
             )
         except NoSuchTableError:
             raise TerminalError("target table does not exist", table=name) from None
+        facts = read_columns(conn, name)
+        for column in table.columns:
+            column.info[COLUMN_FACTS] = facts.get(column.name.lower())
+        return table
 
 
 def _refuse_unseen(conn: Connection, name: str) -> NoReturn:

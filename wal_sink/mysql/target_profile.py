@@ -14,9 +14,15 @@ it, and the checks say so instead of assuming there are none.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Column, Connection, text
+
+# As information_schema shows them: MariaDB ``current_timestamp()``,
+# ``current_timestamp(3)``; MySQL 8 ``CURRENT_TIMESTAMP``, ``CURRENT_TIMESTAMP(3)``.
+NOW = re.compile(r"current_timestamp(?:\((\d*)\))?", re.IGNORECASE)
+ON_UPDATE_NOW = re.compile(r"on update " + NOW.pattern, re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,23 @@ class ColumnFacts:
     @property
     def unsigned(self) -> bool:
         return "unsigned" in self.column_type.lower()
+
+    @property
+    def now_on_insert(self) -> int | None:
+        """A DATETIME column whose default is CURRENT_TIMESTAMP: the fractional
+        digits of that default (None for any other column). MySQL fills it with the
+        inserting session's wall clock; a TIMESTAMP holds an instant instead."""
+        if self.data_type != "datetime" or self.default is None:
+            return None
+        return _digits(NOW.fullmatch(self.default.strip()))
+
+    @property
+    def now_on_update(self) -> int | None:
+        """A DATETIME column with ON UPDATE CURRENT_TIMESTAMP: the fractional digits
+        of that clause (None for any other column)."""
+        if self.data_type != "datetime":
+            return None
+        return _digits(ON_UPDATE_NOW.search(self.extra))
 
     @property
     def fills_itself(self) -> bool:
@@ -111,7 +134,34 @@ def deletes_may_fail(profile: TargetProfile) -> bool:
 
 def read_profile(conn: Connection, table: str) -> TargetProfile:
     """The profile of ``table`` (in the connection's database) as seen on ``conn``."""
-    columns = {
+    columns = read_columns(conn, table)
+    keys = _foreign_keys(conn, table)
+    user, sql_mode = conn.execute(
+        text("SELECT CURRENT_USER(), @@SESSION.sql_mode")
+    ).one()
+    return TargetProfile(
+        table=table,
+        columns=columns,
+        parents=tuple(k for k in keys if k.child.lower() == table.lower()),
+        children=tuple(k for k in keys if k.parent.lower() == table.lower()),
+        triggers=_triggers(conn, table, user),
+        user=user,
+        sql_mode=frozenset(m for m in (sql_mode or "").upper().split(",") if m),
+    )
+
+
+COLUMN_FACTS = "wal_sink_column_facts"
+"""Where a column the sink reflected keeps its ColumnFacts, in its ``info``."""
+
+
+def facts_of(column: Column) -> ColumnFacts | None:
+    """What information_schema says of a reflected column (mysql/target.py)."""
+    return column.info.get(COLUMN_FACTS)
+
+
+def read_columns(conn: Connection, table: str) -> dict[str, ColumnFacts]:
+    """The columns of ``table`` by lower-case name, in the table's order."""
+    return {
         name.lower(): ColumnFacts(
             name,
             data_type.lower(),
@@ -137,19 +187,6 @@ def read_profile(conn: Connection, table: str) -> TargetProfile:
             )
         )
     }
-    keys = _foreign_keys(conn, table)
-    user, sql_mode = conn.execute(
-        text("SELECT CURRENT_USER(), @@SESSION.sql_mode")
-    ).one()
-    return TargetProfile(
-        table=table,
-        columns=columns,
-        parents=tuple(k for k in keys if k.child.lower() == table.lower()),
-        children=tuple(k for k in keys if k.parent.lower() == table.lower()),
-        triggers=_triggers(conn, table, user),
-        user=user,
-        sql_mode=frozenset(m for m in (sql_mode or "").upper().split(",") if m),
-    )
 
 
 def _foreign_keys(conn: Connection, table: str) -> list[ForeignKey]:
@@ -214,3 +251,8 @@ def _may_see_triggers(conn: Connection, table: str, user: str) -> bool:
             {"g": grantee, "t": table},
         ).first()
     )
+
+
+def _digits(found: re.Match[str] | None) -> int | None:
+    """The fractional digits a ``CURRENT_TIMESTAMP(n)`` match names (0 without n)."""
+    return None if found is None else int(found.group(1) or 0)

@@ -46,6 +46,7 @@ from sqlalchemy.dialects.mysql import Insert, insert
 
 from wal_sink.config import Target
 from wal_sink.errors import TerminalError
+from wal_sink.mysql.server_clock import clock_defaults, clock_updates
 
 # The UPDATE clause must hold no bound parameters: PyMySQL's multi-row executemany
 # repeats only the VALUES part, so constants there are literal SQL.
@@ -57,6 +58,9 @@ ANOTHER_ROW = literal_column("1/0")
 def build_upsert(table: Table, columns: Sequence[str], mysql: Target) -> Insert:
     """INSERT … ON DUPLICATE KEY UPDATE for rows carrying ``columns``."""
     stmt = insert(table)
+    defaults = clock_defaults(table, columns)  # server_clock.py says why
+    if defaults:
+        stmt = stmt.values(defaults)
     # SQLAlchemy 2.1 escapes a '%' of a column name twice in ``stmt.inserted``
     # (VALUES(`a%%%%b`), new.`a%%%%b`), and MySQL then finds no column `a%%b`:
     # such a column is read as VALUES(table.col), which it escapes once.
@@ -82,7 +86,9 @@ def update_assignments(
     value (a NULL adds nothing; a NULL total becomes the value), ``overwrite``
     columns take it — guarded by the version column when one is configured. The
     version column is assigned last: MySQL evaluates the assignments left to right
-    and later ones see earlier results.
+    and later ones see earlier results. A ``DATETIME`` column with ``ON UPDATE
+    CURRENT_TIMESTAMP`` the stream does not write is assigned right after the keys
+    (server_clock.py).
     """
     _check_columns(table, columns, mysql)
     first_key = mysql.key[0]
@@ -91,6 +97,7 @@ def update_assignments(
         (first_key, case((same_row, table.c[first_key]), else_=ANOTHER_ROW))
     ]
     assignments += [(k, table.c[k]) for k in mysql.key[1:]]
+    keys = len(assignments)
     version = mysql.version_column if mysql.version_column in columns else None
     newer: ColumnElement[bool] | None = None
     if version:
@@ -114,6 +121,7 @@ def update_assignments(
         assignments.append(
             (version, case((newer, new[version]), else_=table.c[version]))
         )
+    assignments[keys:keys] = clock_updates(table, columns, assignments[keys:])
     return assignments
 
 
