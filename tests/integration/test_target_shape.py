@@ -148,22 +148,7 @@ def test_every_column_the_config_names_must_be_in_the_stream(
     assert said.startswith(f"{named} names column"), said
 
 
-@pytest.mark.parametrize(
-    "key, mysql, cdc, stream, named",
-    [
-        NAMED[0],
-        pytest.param(
-            *NAMED[1],
-            marks=pytest.mark.xfail(
-                raises=KeyError,
-                strict=True,
-                reason="the screen reads the op column before the staged schema is "
-                "checked: KeyError instead of the one-line refusal",
-            ),
-        ),
-        *NAMED[2:],
-    ],
-)
+@pytest.mark.parametrize("key, mysql, cdc, stream, named", NAMED)
 def test_a_staged_batch_without_a_column_the_config_names_is_refused(
     db, fresh, config, key, mysql, cdc, stream, named
 ):

@@ -133,8 +133,8 @@ class Screen:
     def _deletes(self, chunk: pa.RecordBatch) -> pa.Array | None:
         """CDC rows that delete (and so send their key only), if any."""
         cdc = self.config.cdc
-        if cdc is None:
-            return None
+        if cdc is None or cdc.op_column not in chunk.schema.names:
+            return None  # a stream without it is refused before anything is sent
         try:
             return pc.is_in(
                 chunk.column(cdc.op_column), value_set=pa.array(cdc.delete_values)
