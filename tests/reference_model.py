@@ -450,11 +450,23 @@ class ReferenceModel:
         for record in self.routed_order(sink_id, records):
             outcome, kinds = self.apply_record(sink_id, record)
             if outcome == QUARANTINED:
+                kept = self.set_aside_record(sink_id, record)
                 state.entries.append(
-                    Entry(batch_id, dict(record), position[id(record)], kinds=kinds)
+                    Entry(batch_id, kept, position[id(record)], kinds=kinds)
                 )
             ack.count(self.table_of(sink_id, record), outcome)
         state.acks[batch_id] = ack
+
+    def set_aside_record(self, sink_id: str, record: dict[str, Any]) -> dict:
+        """The record a row set aside keeps: whole, or, routed to a table, the
+        columns that table takes with the route (and op): what a retry needs."""
+        sink = self.sinks[sink_id]
+        route = record.get(Routed.ROUTE) if sink.routed else None
+        if route not in ("t", "u"):
+            return dict(record)
+        taken = sink.stream if route == "t" else Routed.COLUMNS
+        extra = (Routed.ROUTE, *([sink.cdc.op_column] if sink.cdc else []))
+        return {c: record[c] for c in (*taken, *extra) if c in record}
 
     def table_of(self, sink_id: str, record: dict[str, Any]) -> str | None:
         """The table a routed sink's record counts under (``""``: none); None for

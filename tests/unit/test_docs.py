@@ -25,11 +25,13 @@ def documents() -> list[Path]:
 
 
 def defined_tests() -> dict[str, set[str]]:
-    """Test module file name -> the test functions it defines."""
-    return {
-        path.name: set(TEST_DEF.findall(path.read_text(encoding="utf-8")))
-        for path in (ROOT / "tests").rglob("test_*.py")
-    }
+    """Test module file name -> the test functions it defines (a unit and an
+    integration module of one name together)."""
+    found: dict[str, set[str]] = {}
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        tests = TEST_DEF.findall(path.read_text(encoding="utf-8"))
+        found.setdefault(path.name, set()).update(tests)
+    return found
 
 
 def missing_citations(text: str, tests: dict[str, set[str]]) -> list[str]:

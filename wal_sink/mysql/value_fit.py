@@ -564,7 +564,8 @@ def _shortest_single(single: float) -> Decimal:
 
 
 def _shown(value: object) -> str:
-    text = repr(value)
+    """A value in a reason: text and bytes quoted, other values as they read."""
+    text = repr(value) if isinstance(value, (str, bytes)) else str(value)
     return text if len(text) <= VALUE_TEXT else text[: VALUE_TEXT - 1] + "…"
 
 
