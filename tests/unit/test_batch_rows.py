@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import pyarrow as pa
 import pytest
 
-from wal_sink.protocol import batch_rows
-from wal_sink.protocol.batch_rows import _coalesced, prefetched
+from wal_sink.protocol import chunk_stream
+from wal_sink.protocol.chunk_stream import coalesced, prefetched
 from wal_sink.protocol.row_by_row import drop_non_finite, drop_null_keys, split_runs
 
 
@@ -74,7 +74,7 @@ def test_prefetch_stopped_early_finishes_the_item_in_progress(pool, monkeypatch)
         release.set()
         return wait(futures)
 
-    monkeypatch.setattr(batch_rows, "wait", waiting_lets_it_finish)
+    monkeypatch.setattr(chunk_stream, "wait", waiting_lets_it_finish)
     items = prefetched(iter(range(3)), prepare, pool)
     assert next(items) == (0, 0)
     assert started.wait(5)
@@ -88,7 +88,7 @@ def batch(ks: list[int], name: str = "k") -> pa.RecordBatch:
 
 def test_small_chunks_are_joined_up_to_the_limit_in_order():
     chunks = [batch([1, 2]), batch([3]), batch([4, 5]), batch([6, 7, 8, 9])]
-    joined = list(_coalesced(iter(chunks), rows=3))
+    joined = list(coalesced(iter(chunks), rows=3))
     assert [c.column("k").to_pylist() for c in joined] == [
         [1, 2, 3],
         [4, 5],
@@ -98,7 +98,7 @@ def test_small_chunks_are_joined_up_to_the_limit_in_order():
 
 def test_chunks_of_another_schema_are_not_joined():
     chunks = [batch([1]), batch([2], name="other"), batch([3], name="other")]
-    joined = list(_coalesced(iter(chunks), rows=10))
+    joined = list(coalesced(iter(chunks), rows=10))
     assert [(c.schema.names, c.num_rows) for c in joined] == [
         (["k"], 1),
         (["other"], 2),

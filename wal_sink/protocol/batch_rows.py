@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 from sqlalchemy import Connection, Delete, Engine, Table, Update, text
@@ -45,6 +45,7 @@ from wal_sink.mysql.upsert import (
 from wal_sink.mysql.value_fit import roles_of, say_warnings
 from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.chunk_path import AppliedRows, ChunkPaths, Decision
+from wal_sink.protocol.chunk_stream import coalesced, prefetched
 from wal_sink.protocol.row_by_row import (
     drop_non_finite,
     drop_null_keys,
@@ -63,8 +64,6 @@ log = logging.getLogger(__name__)
 
 ChunkCallback = Callable[[int, int], None]
 """Called after each applied chunk with (rows so far, rows in the batch)."""
-T = TypeVar("T")
-U = TypeVar("U")
 
 
 class RowApplier:
@@ -123,7 +122,7 @@ class RowApplier:
         rows = deleted = skipped = done = 0
         bad: list[Entry] = []
         chunk_rows = self.config.wal.chunk_rows
-        chunks = map(self._screened(conn), _coalesced(chunks, chunk_rows))
+        chunks = map(self._screened(conn), coalesced(chunks, chunk_rows))
         for screened, ahead in prefetched(chunks, self._decide_ahead, self._prefetch):
             chunk = screened.chunk
             bad.extend(screened.set_aside)
@@ -365,50 +364,3 @@ class _Statements:
     update: Update | None = None
     values_check: Insert | None = None
     """Run before ``update``: MySQL judges the record's values (row_by_row.py)."""
-
-
-def _coalesced(chunks: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
-    """Consecutive chunks of one schema joined, in order, up to ``rows`` rows: a
-    batch of small files would otherwise cost a statement (and a savepoint) each."""
-    held: list[pa.RecordBatch] = []
-    count = 0
-    for chunk in chunks:
-        if held and (
-            count + chunk.num_rows > rows or not chunk.schema.equals(held[0].schema)
-        ):
-            yield _joined(held)
-            held, count = [], 0
-        held.append(chunk)
-        count += chunk.num_rows
-    if held:
-        yield _joined(held)
-
-
-def _joined(chunks: list[pa.RecordBatch]) -> pa.RecordBatch:
-    return chunks[0] if len(chunks) == 1 else pa.concat_batches(chunks)
-
-
-def prefetched(
-    items: Iterator[T], prepare: Callable[[T], U], pool: Executor
-) -> Iterator[tuple[T, U]]:
-    """``(item, prepare(item))`` for each of ``items``, in order. The next item is
-    taken and prepared on ``pool`` (one thread) while the caller works on the
-    current one: one ahead, so at most two items are held besides the caller's.
-    What taking or preparing an item raises is raised here, in order; when the
-    caller stops early, the item in progress is finished and dropped."""
-    end = object()
-
-    def take() -> tuple[Any, Any]:
-        item = next(items, end)
-        return (item, None) if item is end else (item, prepare(item))
-
-    ahead = pool.submit(take)
-    try:
-        while True:
-            item, prepared = ahead.result()
-            if item is end:
-                return
-            ahead = pool.submit(take)
-            yield item, prepared
-    finally:
-        wait([ahead])  # ``items`` is never advanced by two threads at once
