@@ -688,7 +688,7 @@ class ReferenceModel:
                 return QUARANTINED, {RANGE}
         refused = self._refused_by_constraints(sink, key, stored, new)
         if refused:
-            return QUARANTINED, {refused}
+            return QUARANTINED, refused
         self.rows[key] = new
         if stored is None:
             self.inserted.add(key)
@@ -728,15 +728,17 @@ class ReferenceModel:
         key: tuple,
         stored: dict[str, Any] | None,
         new: dict[str, Any],
-    ) -> str | None:
-        """A missing parent of a written foreign key value (1452), or a unique
-        value another key's row holds (a unique_conflicts = "quarantine" sink)."""
+    ) -> set[str]:
+        """What refuses the new row: a missing parent of a written foreign key
+        value (1452), a unique value another key's row holds (a unique_conflicts =
+        "quarantine" sink); every one that does (MySQL names either)."""
+        found = set()
         fk = self.target.fk_column
         if fk is not None and fk in sink.written:
             value = new.get(fk)
             changed = stored is None or stored.get(fk) != value
             if value is not None and changed and value not in self.parents:
-                return PARENT
+                found.add(PARENT)
         for index in self.target.unique:
             if not all(c in sink.written for c in index):
                 continue
@@ -749,8 +751,8 @@ class ReferenceModel:
                 other_key != key and self._collated(index, row) == mine
                 for other_key, row in self.rows.items()
             ):
-                return UNIQUE
-        return None
+                found.add(UNIQUE)
+        return found
 
     def _collated(self, index: tuple[str, ...], row: dict[str, Any]) -> tuple | None:
         values = [row.get(c) for c in index]
