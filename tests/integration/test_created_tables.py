@@ -222,3 +222,31 @@ def test_a_compound_key_of_text_and_numbers_is_created_within_innodbs_key_length
     sink.close()
     assert f"`k` varchar({chars})" in create_table(db)
     assert db.rows("SELECT CHAR_LENGTH(k), LENGTH(k) FROM made") == [(chars, 4 * chars)]
+
+
+def test_columns_named_with_a_percent_sign_are_created_and_added_as_named(db, config):
+    """The DDL's names were quoted for the driver's formatting ('%' doubled) and
+    run as text(), which doubles it again: the sink created `pct%%`, then refused
+    its own table (exit 2). --print-ddl shows the names as run."""
+    cfg = config(auto_create=True, auto_evolve=True)
+    first = pa.schema([("k", pa.string()), ("pct%", pa.int64())])
+    later = first.append(pa.field("50%off", pa.string()))
+    for batch_id, rows, schema in (
+        (0, [{"k": "a", "pct%": 1}], first),
+        (1, [{"k": "b", "pct%": 2, "50%off": "x"}], later),
+    ):
+        stage_rows(cfg, batch_id, rows, schema)
+        sink = SinkInstance(cfg)
+        (plan,) = prepare_targets(sink.engine, cfg, schema, run=False)
+        assert plan.statements[0].startswith(
+            "CREATE TABLE made (k VARCHAR(768) CHARACTER SET utf8mb4 COLLATE "
+            "utf8mb4_nopad_bin NOT NULL, `pct%` BIGINT NULL"
+            if batch_id == 0
+            else "ALTER TABLE made ADD COLUMN `50%off` LONGTEXT"
+        )
+        sink.recover()
+        sink.close()
+    assert db.rows("SELECT k, `pct%`, `50%off` FROM made ORDER BY k") == [
+        ("a", 1, None),
+        ("b", 2, "x"),
+    ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import pyarrow as pa
 from sqlalchemy import Connection, Engine, text
@@ -30,6 +31,7 @@ from sqlalchemy.exc import DBAPIError
 from wal_sink.errors import TransientError, first_line
 from wal_sink.mysql.column_types import Dialect, mysql_type, text_key_bytes
 from wal_sink.mysql.errors import error_code
+from wal_sink.mysql.identifiers import quoted
 from wal_sink.mysql.named_lock import named_lock
 
 LOCK_WAIT_SECONDS = 10
@@ -62,7 +64,7 @@ def plan_table(
     """The DDL that gives ``table`` every column of ``schema`` (the stream's, without
     the WAL's own columns), keyed by ``key``, as the server is now."""
     dialect = Dialect(mariadb=conn.dialect.is_mariadb)
-    quote = conn.dialect.identifier_preparer.quote
+    quote = partial(quoted, conn.dialect)
     existing = table_columns(conn, table)
     room = text_key_bytes([schema.field(k) for k in key if k in schema.names])
 

@@ -28,6 +28,7 @@ from sqlalchemy.exc import DBAPIError
 from wal_sink.config import MysqlConfig
 from wal_sink.errors import ConfigError, first_line
 from wal_sink.mysql.errors import error_code
+from wal_sink.mysql.identifiers import quoted
 
 SINK_ID_LENGTH = 128
 APPLY_ID_LENGTH = 32
@@ -140,7 +141,7 @@ def init_db(engine: Engine, mysql: MysqlConfig) -> None:
     _create_retry_table(engine, tables.retry)
     with engine.connect() as conn:
         columns = {c["name"] for c in inspect(conn).get_columns(tables.ack.name)}
-    name = engine.dialect.identifier_preparer.quote(tables.ack.name)
+    name = quoted(engine.dialect, tables.ack.name)
     for column, (ddl, version) in ADDED_ACK_COLUMNS.items():
         if column in columns:
             continue

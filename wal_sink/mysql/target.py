@@ -4,6 +4,7 @@ row commit together."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, NoReturn
 
 from sqlalchemy import Connection, Engine, MetaData, Table, text
@@ -11,6 +12,7 @@ from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
 from wal_sink.errors import ConfigError, TerminalError, TransientError
 from wal_sink.mysql.errors import error_code
+from wal_sink.mysql.identifiers import quoted
 from wal_sink.mysql.target_profile import COLUMN_FACTS, read_columns
 
 # What the sink does to target rows (upserts, CDC deletes).
@@ -58,7 +60,7 @@ def _refuse_unseen(conn: Connection, name: str) -> NoReturn:
     """information_schema shows a user only the tables it holds a privilege on; a
     SELECT tells a missing table (1146) from one this user may not read, whose
     existence the server does not reveal to it."""
-    quote = conn.dialect.identifier_preparer.quote
+    quote = partial(quoted, conn.dialect)
     try:
         conn.execute(text(f"SELECT 1 FROM {quote(name)} LIMIT 0"))
     except DBAPIError as e:

@@ -27,11 +27,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timezone
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 from wal_sink.errors import ConfigError
+from wal_sink.mysql.identifiers import quoted
 from wal_sink.mysql.tombstones import DELETED_AT, VERSION, Tombstones
 
 PLAIN_TYPES = frozenset(
@@ -66,7 +68,7 @@ class StaleProbe:
     def __init__(self, conn: Connection, tombstones: Tombstones) -> None:
         self.key = tombstones.key
         self.version = tombstones.version
-        quote = conn.dialect.identifier_preparer.quote
+        quote = partial(quoted, conn.dialect)
         columns = _column_types(conn, tombstones.name)
         declared, exprs, self._encoders = [], [], []
         self._timestamps = [

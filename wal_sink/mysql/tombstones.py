@@ -33,7 +33,8 @@ without a version is older than any version.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from sqlalchemy import (
@@ -57,6 +58,7 @@ from sqlalchemy.exc import DBAPIError, NoSuchTableError
 from wal_sink.config import Config, Target
 from wal_sink.errors import ConfigError, TerminalError, first_line
 from wal_sink.mysql.errors import error_code
+from wal_sink.mysql.identifiers import quoted
 from wal_sink.mysql.named_lock import named_lock
 from wal_sink.mysql.tables import ACCESS_DENIED
 
@@ -70,7 +72,11 @@ KEEP_KEYS = 10_000
 
 
 def tombstone_ddl(
-    quote: Any, name: str, target: str, key: Sequence[str], version: str
+    quote: Callable[[str], str],
+    name: str,
+    target: str,
+    key: Sequence[str],
+    version: str,
 ) -> str:
     """``CREATE TABLE IF NOT EXISTS`` of the tombstone table of ``target``; the key
     and version columns are copied from it by ``CREATE TABLE … SELECT``."""
@@ -245,7 +251,7 @@ class Tombstones:
         return comment
 
     def _ddl(self, conn: Connection) -> str:
-        quote = conn.dialect.identifier_preparer.quote
+        quote = partial(quoted, conn.dialect)
         return tombstone_ddl(quote, self.name, self.target, self.key, self.version)
 
     def _refuse_another(self, conn: Connection) -> None:
@@ -262,7 +268,7 @@ class Tombstones:
         """A table of 0.4 (keyed by sink and key) keyed by the target's key, a key's
         newest tombstone kept; the comment naming the target (``current``: the one
         it has); the key and version columns of the target's types now."""
-        quote = conn.dialect.identifier_preparer.quote
+        quote = partial(quoted, conn.dialect)
         name = quote(self.name)
         pk = inspect_db(conn).get_pk_constraint(self.name)["constrained_columns"]
         if SINK in pk:
