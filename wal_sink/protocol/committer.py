@@ -29,8 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink import faults
@@ -39,38 +38,18 @@ from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql.acks import Ack, TableCounts
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.lease import check as check_lease
-from wal_sink.mysql.row_screen import CUT, RECORD_CUT, row_record
 from wal_sink.mysql.tables import APPLIED, QUARANTINED
 from wal_sink.protocol.batch_rows import ChunkCallback
 from wal_sink.protocol.chunk_path import AppliedRows
 from wal_sink.protocol.parts import SinkParts
 from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.routed_rows import BatchRows
+from wal_sink.protocol.set_aside_whole import put_whole_batch
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.protocol.target_ddl import WalSchemaDdl
 from wal_sink.wal.model import BatchState, StagedBatch
-from wal_sink.wal.quarantine import Entry, record_json
 
 log = logging.getLogger(__name__)
-
-
-# A record of a batch set aside whole longer than this is cut: its outbox row has
-# to fit in a statement the server takes (preflight holds max_allowed_packet to at
-# least 1 MiB), or the set-aside would fail at every attempt.
-WHOLE_RECORD_BYTES = 512_000
-
-
-def _whole(chunk: pa.RecordBatch, index: int, reason: str) -> Entry:
-    """Row ``index`` of a batch set aside whole, as its quarantine entry."""
-    record = row_record(chunk, index)
-    size = len(record_json(record).encode())
-    if size <= WHOLE_RECORD_BYTES:
-        return Entry(record, reason)
-    return Entry(
-        row_record(chunk, index, RECORD_CUT),
-        f"{reason}; the record would take {size} bytes: {CUT}, and the whole row "
-        "stays in the WAL until its batch is purged (wal-sink inspect)",
-    )
 
 
 @dataclass(frozen=True)
@@ -307,7 +286,13 @@ class Committer:
                         )
                     if set_aside:
                         applied = AppliedRows()
-                        put = self._put_whole_batch(conn, batch, apply_id)
+                        put = put_whole_batch(
+                            conn,
+                            self.outbox,
+                            self.wal.read_batch(batch, self.config.wal.chunk_rows),
+                            batch.batch_id,
+                            apply_id,
+                        )
                     else:
                         applied = self.rows.apply(conn, batch, on_chunk)
                         self.outbox.put(conn, apply_id, batch_id, applied.set_aside)
@@ -333,21 +318,6 @@ class Committer:
         seconds = time.monotonic() - started
         self.metrics.commit_seconds.observe(seconds)
         return [self._result(r, tried, seconds) for r in results]
-
-    def _put_whole_batch(
-        self, conn: Connection, batch: StagedBatch, apply_id: str
-    ) -> int:
-        """Every row of the batch into the outbox, chunk by chunk; returns how many."""
-        reason = (
-            f"set aside whole by wal-sink quarantine-batch {batch.batch_id}; "
-            "not applied"
-        )
-        put = 0
-        for chunk in self.wal.read_batch(batch, self.config.wal.chunk_rows):
-            entries = [_whole(chunk, i, reason) for i in range(chunk.num_rows)]
-            self.outbox.put(conn, apply_id, batch.batch_id, entries)
-            put += len(entries)
-        return put
 
     def _result(
         self, outcome: _Outcome, tried: set[str], seconds: float
