@@ -105,7 +105,7 @@ REASON_KINDS = {
     "null key": r"^null key column",
     "not finite": r"NaN or infinity",
     "null": r"MySQL error 1048|NULL in TIMESTAMP NOT NULL",
-    "range": r"MySQL error (1264|1292|1406)\b",
+    "range": r"MySQL error (1264|1265|1292|1366|1406|1690)\b",
     "narrow": r"set aside rather than written changed",
     "parent": r"MySQL error 1452\b",
     "child": r"MySQL error 1451\b",
