@@ -390,3 +390,20 @@ def test_a_route_naming_no_table_is_set_aside_and_a_retry_routes_again():
     model.retry("s1")
     assert model.u_rows[1]["ref"] == 7, "its parent came: the child lands"
     assert len(model.open_entries("s1")) == 2, "strays are set aside again"
+
+
+def test_a_keys_tombstone_is_the_tables_and_expires_with_its_newest_deleter():
+    """One tombstone per key: its highest version and the sink that recorded it;
+    a sink's purge expires only the tombstones it recorded last."""
+    model = cdc_model(cdc_sink("s1"), cdc_sink("s2"))
+    run(model, [delete(5, 3)], sink_id="s1")
+    run(model, [delete(5, 2)], sink_id="s2")  # older: s1's stays
+    assert {k: (s.version, s.sink_id) for k, s in model.tombstones.items()} == {
+        (5,): (3, "s1")
+    }
+    model.expire_tombstones()
+    model.purge("s2", before=0)
+    assert list(model.tombstones) == [(5,)], "s2 recorded none of them last"
+    model.purge("s1", before=0)
+    assert model.tombstones == {}
+    assert model.apply_record("s2", up(5, 1))[0] == APPLIED
