@@ -677,18 +677,17 @@ class ReferenceModel:
                 return SKIPPED
         stored = self.rows.get(key)
         faults = self._faults(sink, record, stored)
-        if faults:
-            return QUARANTINED, faults
         if stored is None:
             new = {c: None for c in self.owned}
             new.update({c: record.get(c) for c in sink.written})
         else:
             new = self._merged(sink, stored, record)
             if new is None:
-                return QUARANTINED, {RANGE}
-        refused = self._refused_by_constraints(sink, key, stored, new)
-        if refused:
-            return QUARANTINED, refused
+                faults.add(RANGE)
+        if new is not None:  # MySQL may name a constraint before a bad value
+            faults |= self._refused_by_constraints(sink, key, stored, new)
+        if faults:
+            return QUARANTINED, faults
         self.rows[key] = new
         if stored is None:
             self.inserted.add(key)

@@ -78,17 +78,19 @@ GROUPS = (
     frozenset({"routed", "cdc", "version", "fk_parent", "add_null", "datetime_now",
                "retry"}),
     frozenset({"varchar_key", "second_sink", "cdc", "version", "case_names",
-               "replay", "crash"}),
+               "replay", "crash", "child"}),
     frozenset({"compound", "ts_version", "version", "explicit_defaults_off",
                "narrow", "quarantine_batch", "second_sink"}),
     frozenset({"surrogate", "unique_label", "unsigned", "limits", "generated",
                "crash_after_commit", "on_update", "second_sink"}),
-    frozenset({"auto_increment", "float", "narrow", "required", "missing_column",
-               "datetime_now", "updated_at", "second_sink"}),
+    frozenset({"auto_increment", "float", "narrow", "datetime_now", "updated_at",
+               "quarantine_batch"}),
     frozenset({"compound", "narrow_key", "second_sink"}),
     frozenset({"version", "ts_version", "narrow_version", "second_sink", "narrow"}),
     frozenset({"routed", "cdc", "version", "shared_tombstones"}),
     frozenset({"version", "missing_version", "second_sink", "case_names", "limits"}),
+    frozenset({"auto_increment", "required", "missing_column", "second_sink",
+               "replay"}),
 )  # fmt: skip
 """The fixed run's examples, one per group of features forced (others drawn):
 together every feature, each with data applied or (REFUSALS) its refusal
@@ -350,7 +352,7 @@ def _key_columns(
         )
     if kind == "compound":
         on_update = d.feature("on_update", 0.6)
-        narrow = d.feature("narrow_key", 0.1)
+        narrow = d.feature("narrow_key", 0.25)
         ts = Column(
             "ts",
             "timestamp",
