@@ -6,8 +6,10 @@ test_target_shape_job.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -19,6 +21,7 @@ from devtools.mariadb import SINK_PASSWORD
 from tests.helpers import stage_rows
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError, TerminalError
+from wal_sink.mysql.engine import SELECT_ANY, SESSION_SQL_MODE, make_engine
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.retry_state import RETRIED
 from wal_sink.ops.quarantine_entries import list_entries
@@ -769,3 +772,157 @@ def test_a_stream_column_missing_from_the_target_stays_a_terminal_error(fresh, c
     fresh("CREATE TABLE t (k BIGINT PRIMARY KEY)")
     with pytest.raises(TerminalError, match="colour.*do not exist in the target"):
         apply(config("t", ["k"]), pa.schema([("k", I64), ("colour", I64)]), [{"k": 1}])
+
+
+# -- the server's settings --------------------------------------------------------
+
+HOSTILE = [
+    ("sql_mode", ""),  # not strict: a text too long would be cut, 0 the next id
+    ("sql_mode", "PAD_CHAR_TO_FULL_LENGTH,ANSI_QUOTES,NO_BACKSLASH_ESCAPES"),
+    ("time_zone", "+05:00"),
+    ("unique_checks", 0),
+    ("foreign_key_checks", 0),
+    ("sql_auto_is_null", 1),
+    ("completion_type", "CHAIN"),
+    ("completion_type", "RELEASE"),  # a COMMIT would end the connection
+    ("autocommit", 0),
+    ("tx_isolation", "READ-UNCOMMITTED"),
+    ("tx_isolation", "SERIALIZABLE"),
+    ("sql_select_limit", 1),
+    ("sql_safe_updates", 1),
+]
+
+
+@contextlib.contextmanager
+def server_default(db, variable: str, value: Any) -> Iterator[None]:
+    """The server's GLOBAL ``variable`` (every new session's default) set to
+    ``value`` meanwhile."""
+    [(saved,)] = db.rows(f"SELECT @@GLOBAL.{variable}")
+    db.execute(f"SET GLOBAL {variable} = %s", (value,))
+    try:
+        yield
+    finally:
+        db.execute(f"SET GLOBAL {variable} = %s", (saved,))
+
+
+@pytest.mark.parametrize("variable, value", HOSTILE)
+def test_a_hostile_server_default_changes_no_write_of_the_sink(
+    db, fresh, config, calls, variable, value
+):
+    """Every session of the sink pins what changes a write (mysql/engine.py):
+    with any of these as the server's default for new sessions, a text too long
+    is still set aside (not cut), a key 0 into AUTO_INCREMENT is still 0, a row
+    without its parent is still refused, quotes and backslashes land as sent,
+    instants and UTC wall times are unchanged, and each batch commits with its ack
+    row, its add applied once."""
+    fresh(
+        "CREATE TABLE parents (id BIGINT PRIMARY KEY)",
+        "CREATE TABLE t (id BIGINT AUTO_INCREMENT PRIMARY KEY, p BIGINT, "
+        "label VARCHAR(4), c CHAR(4), n DECIMAL(12,2), at TIMESTAMP(6) NULL, "
+        "dt DATETIME(6), FOREIGN KEY (p) REFERENCES parents (id))",
+    )
+    db.execute("INSERT INTO parents VALUES (1)")
+    schema = pa.schema(
+        [
+            ("id", I64),
+            ("p", I64),
+            ("label", pa.string()),
+            ("c", pa.string()),
+            ("n", pa.decimal128(12, 2)),
+            ("at", TS),
+            ("dt", TS),
+        ]
+    )
+    when = FALL_BACK[0]
+
+    def row(id: int, p: int = 1, label: str = "a", n: str = "1.50") -> dict:
+        return {"id": id, "p": p, "label": label, "c": "x", "n": Decimal(n)} | {
+            "at": when,
+            "dt": when,
+        }
+
+    with server_default(db, variable, value):
+        apply(
+            config("t", ["id"], merge={"n": "add"}),
+            schema,
+            [row(0, label="a\\'\""), row(1, label="toolong"), row(2, p=99)],
+            [row(0, label='"b', n="2.00"), row(3)],
+        )
+    assert db.rows(
+        "SELECT id, p, label, c, n, UNIX_TIMESTAMP(at), CAST(dt AS CHAR) FROM t "
+        "ORDER BY id"
+    ) == [
+        (i, 1, label, "x", Decimal(n), Decimal(int(when.timestamp())), wall)
+        for i, label, n, wall in [
+            (0, '"b', "3.50", "2026-10-25 00:30:00.000000"),
+            (3, "a", "1.50", "2026-10-25 00:30:00.000000"),
+        ]
+    ]
+    assert db.rows(
+        "SELECT batch_id, row_count, quarantined FROM wal_sink_ack ORDER BY batch_id"
+    ) == [(0, 1, 2), (1, 2, 0)]
+    assert calls["multi_row"] == 2, "the second batch took the rendered path"
+
+
+@pytest.mark.parametrize("variable, value", HOSTILE)
+def test_a_hostile_server_default_changes_no_versioned_delete_or_skip(
+    db, fresh, config, variable, value
+):
+    """The reads the sink decides by (tombstones of a chunk's keys, with CDC and
+    a version column) see every row whatever the server's defaults: each stale
+    upsert is skipped, every delete leaves its tombstone."""
+    fresh(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, label VARCHAR(8), v BIGINT, seq BIGINT)"
+    )
+    schema = pa.schema(
+        [
+            ("k", I64),
+            ("label", pa.string()),
+            ("v", I64),
+            ("seq", I64),
+            ("op", pa.string()),
+        ]
+    )
+
+    def op(k: int, v: int, what: str = "U") -> dict:
+        return {"k": k, "label": f"{what}{v}", "v": v, "seq": v, "op": what}
+
+    with server_default(db, variable, value):
+        apply(
+            config(
+                "t", ["k"], version_column="v", cdc=CDC_SEQ | {"delete_values": ["D"]}
+            ),
+            schema,
+            [op(1, 1), op(2, 1), op(3, 1), op(1, 5, "D"), op(2, 5, "D")],
+            [op(1, 3), op(2, 3), op(3, 2), op(4, 1)],
+        )
+    assert db.rows("SELECT k, label, v FROM t ORDER BY k") == [
+        (3, "U2", 2),
+        (4, "U1", 1),
+    ]
+    assert db.rows(
+        "SELECT deleted_count, skipped_count FROM wal_sink_ack ORDER BY batch_id"
+    ) == [(2, 0), (0, 2)]
+
+
+def test_every_session_of_the_sink_pins_its_settings_whatever_the_servers_defaults(
+    db, config
+):
+    """What the tests above show by their writes, asked of a session directly: the
+    server's defaults for new sessions (each variable's last hostile value at once)
+    reach no session of the sink's engine."""
+    with contextlib.ExitStack() as stack:
+        for variable, value in dict(HOSTILE).items():
+            stack.enter_context(server_default(db, variable, value))
+        engine = make_engine(config("t", ["k"]).mysql)
+        try:
+            with engine.connect() as conn:
+                got = conn.exec_driver_sql(
+                    "SELECT @@sql_mode, @@time_zone, @@unique_checks, "
+                    "@@foreign_key_checks, @@sql_auto_is_null, @@completion_type, "
+                    "@@tx_isolation, @@sql_select_limit, @@autocommit"
+                ).one()
+        finally:
+            engine.dispose()
+    assert set(got[0].split(",")) == set(SESSION_SQL_MODE.split(","))
+    assert got[1:] == ("+00:00", 1, 1, 0, "NO_CHAIN", "REPEATABLE-READ", SELECT_ANY, 0)

@@ -5,10 +5,12 @@ Every session pins the server settings that change what a write does (docs/merge
 fail instead of being truncated), ``NO_AUTO_VALUE_ON_ZERO`` (an AUTO_INCREMENT key of
 0 is the key 0, not the next value), UTC (timestamps staged by Spark land unchanged),
 utf8mb4 text, unique and foreign key checks on, ``sql_auto_is_null`` off, plain
-COMMITs, and ``explicit_defaults_for_timestamp`` on where the server lets a session
-set it (the TIMESTAMP columns of tables the sink creates are then what their DDL
-says; a NULL for a ``TIMESTAMP NOT NULL`` column, which MariaDB stores as NOW()
-whatever the setting, is set aside before it is sent: protocol/screen.py).
+COMMITs, no limit on the rows a SELECT returns (the sink decides by what it reads:
+tombstones, acks), REPEATABLE READ, and ``explicit_defaults_for_timestamp`` on
+where the server lets a session set it (the TIMESTAMP columns of tables the sink
+creates are then what their DDL says; a NULL for a ``TIMESTAMP NOT NULL`` column,
+which MariaDB stores as NOW() whatever the setting, is set aside before it is sent:
+protocol/screen.py).
 
 The password is taken from the environment or a file at engine creation and never
 appears in config or logs; TLS options from ``mysql.tls`` go to PyMySQL unchanged.
@@ -38,10 +40,12 @@ SESSION_SQL_MODE = (
     "STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ZERO_DATE,NO_ZERO_IN_DATE,"
     "NO_ENGINE_SUBSTITUTION,NO_AUTO_VALUE_ON_ZERO"
 )
+# The largest limit, "none": a session's DEFAULT would be the server's own.
+SELECT_ANY = 2**64 - 1
 SESSION_SETTINGS = (
     f"SET SESSION sql_mode='{SESSION_SQL_MODE}', time_zone='+00:00', "
     "unique_checks=1, foreign_key_checks=1, sql_auto_is_null=0, "
-    "completion_type='NO_CHAIN'"
+    f"completion_type='NO_CHAIN', sql_select_limit={SELECT_ANY}"
 )
 # MySQL 8 lets only a user with SESSION_VARIABLES_ADMIN set it, MariaDB < 10.10 no
 # session at all: tried on its own, and left as the server has it when refused.
