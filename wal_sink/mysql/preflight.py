@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Engine, Table, inspect, text
 from sqlalchemy.types import Date, DateTime, Float, Integer, Numeric, Time
 
 from wal_sink.config import Config, Target
+from wal_sink.config.spelling import Spelling, spelled_target
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.multi_row import MAX_STATEMENT_BYTES
 from wal_sink.mysql.tombstones import refuse_unguarded
@@ -37,7 +38,9 @@ def preflight(
 
     ``stream_columns`` are the columns the table receives (the job's query's), if
     known: what they cannot write as configured is refused here, before the lease
-    is taken (write_checks.py); the committer checks each staged schema again."""
+    is taken (write_checks.py); the committer checks each staged schema again.
+    The config's names match the table's ignoring case, as MySQL's do."""
+    target = spelled_target(target, Spelling(table.c.keys()))
     with engine.connect() as conn:
         _check_key(conn, target, table)
         _check_columns(target, table)

@@ -74,11 +74,11 @@ class StaleProbe:
         self._timestamps = [
             field
             for field, name in zip([self.version, *self.key], [VERSION, *self.key])
-            if columns[name][0].lower() == "timestamp"
+            if columns[name.lower()][0].lower() == "timestamp"
         ]
         """The row's fields a TIMESTAMP column holds."""
         for i, name in enumerate([VERSION, *self.key]):
-            declaration, expr, encode = _declare(name, *columns[name])
+            declaration, expr, encode = _declare(name, *columns[name.lower()])
             declared.append(f"c{i} {declaration} PATH '$[{i + 1}]'")
             exprs.append(expr.format(f"j.c{i}") + f" AS c{i}")
             self._encoders.append(encode)
@@ -173,6 +173,7 @@ class StaleProbe:
 
 
 def _column_types(conn: Connection, table: str) -> dict[str, tuple[Any, ...]]:
+    """The table's columns by lower-case name (a column name ignores case)."""
     rows = conn.execute(
         text(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, "
@@ -181,7 +182,7 @@ def _column_types(conn: Connection, table: str) -> dict[str, tuple[Any, ...]]:
         ),
         {"t": table},
     ).all()
-    return {r[0]: tuple(r[1:]) for r in rows if r[0] != DELETED_AT}
+    return {r[0].lower(): tuple(r[1:]) for r in rows if r[0] != DELETED_AT}
 
 
 def _declare(

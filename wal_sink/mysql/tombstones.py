@@ -56,6 +56,7 @@ from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
 from wal_sink.config import Config, Target
+from wal_sink.config.spelling import Spelling
 from wal_sink.errors import ConfigError, TerminalError, first_line
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.identifiers import quoted
@@ -205,14 +206,21 @@ class Tombstones:
 
     def reflect(self, conn: Connection) -> Table:
         """The table as it is (once), read on ``conn``, a batch's: no DDL, which
-        would commit the batch's transaction or wait on the locks it holds.
+        would commit the batch's transaction or wait on the locks it holds. Its
+        key columns are known by this sink's spelling of them, whoever made it.
 
         Raises:
             TerminalError: the table is gone since the start made it.
         """
         if self._table is None:
+            spelling = Spelling(self.key)
             try:
-                self._table = Table(self.name, MetaData(), autoload_with=conn)
+                self._table = Table(
+                    self.name,
+                    MetaData(),
+                    autoload_with=conn,
+                    listeners=[("column_reflect", _keyed_as(spelling))],
+                )
             except NoSuchTableError:
                 raise TerminalError(
                     f"the tombstone table {self.name} is gone; the next start "
@@ -225,7 +233,7 @@ class Tombstones:
         """Refuse a table of that name that is not a tombstone table of the
         target, or that holds another target's (it is never changed); returns
         its comment."""
-        columns = {c["name"] for c in inspect_db(conn).get_columns(self.name)}
+        columns = Spelling(c["name"] for c in inspect_db(conn).get_columns(self.name))
         wanted = (SINK, *self.key, VERSION, DELETED_AT)
         missing = [c for c in wanted if c not in columns]
         if missing:
@@ -307,7 +315,7 @@ class Tombstones:
     def _stale_columns(self, conn: Connection) -> Iterator[tuple[str, str]]:
         """(tombstone column, the target column's definition) where they differ."""
         types = {
-            (t, c): (ctype, charset, collation)
+            (t, c.lower()): (ctype, charset, collation)
             for t, c, ctype, charset, collation in conn.execute(
                 text(
                     "SELECT TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, CHARACTER_SET_NAME, "
@@ -320,8 +328,8 @@ class Tombstones:
         pairs = [(k, k, "NOT NULL") for k in self.key]
         pairs.append((VERSION, self.version, "NULL"))
         for mine, theirs, null in pairs:
-            wanted = types.get((self.target, theirs))
-            if wanted is None or types.get((self.name, mine)) == wanted:
+            wanted = types.get((self.target, theirs.lower()))
+            if wanted is None or types.get((self.name, mine.lower())) == wanted:
                 continue
             ctype, charset, collation = wanted
             text_type = (
@@ -395,3 +403,12 @@ class Tombstones:
         if dry_run:
             return conn.execute(select(func.count()).where(mine)).scalar_one()
         return conn.execute(delete(t).where(mine)).rowcount
+
+
+def _keyed_as(spelling: Spelling) -> Callable[[Any, Table, dict[str, Any]], None]:
+    """A reflection listener keying each column by ``spelling``'s name for it."""
+
+    def key(inspector: Any, table: Table, column: dict[str, Any]) -> None:
+        column["key"] = spelling.of(column["name"])
+
+    return key

@@ -12,7 +12,9 @@ goes to the table its route names (docs/merge.md, "One stream, several tables"):
   see a table's rows of the whole run, not a mixed chunk's;
 - a table takes the stream's columns it has (or its ``columns``), the CDC op column
   too; every other stream column must belong to some table, or the batch is
-  refused (ConfigError) before anything of it is applied;
+  refused (ConfigError) before anything of it is applied. Names match ignoring
+  case, as MySQL's do: a table's rows go to its applier in the table's spelling,
+  with the config's names spelt so (config/spelling.py);
 - a row whose route is NULL or names no table is set aside with that reason, its
   record whole.
 
@@ -31,11 +33,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Connection, Engine
 
-from wal_sink.config import Config
+from wal_sink.config import Config, Target
+from wal_sink.config.spelling import (
+    Spelling,
+    refuse_twins,
+    spelled_config,
+    spelled_target,
+)
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.acks import TableCounts
 from wal_sink.mysql.row_screen import row_record
 from wal_sink.mysql.table_order import parents_first
+from wal_sink.mysql.target_profile import read_columns
 from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
 from wal_sink.protocol.chunk_path import AppliedRows
 from wal_sink.wal.model import StagedBatch
@@ -66,12 +75,21 @@ class BatchRows:
 
     def __init__(self, config: Config, engine: Engine, wal: WalReader) -> None:
         self.config = config
+        self.engine = engine
         self.wal = wal
+        self.targets = {t.table: t for t in config.mysql.targets}
         self.appliers = {
-            t.table: RowApplier(config, t, engine) for t in config.mysql.targets
+            t: RowApplier(config, target, engine) for t, target in self.targets.items()
         }
         self.route_column = config.mysql.route_column
         self._by_route = {a.mysql.route: a for a in self.appliers.values()}
+        cdc = config.cdc
+        self._ours = Spelling(
+            c for c in (cdc.op_column if cdc else None, self.route_column) if c
+        )
+        """The columns routing reads, as the config spells them."""
+        self._spellings: dict[str, Spelling] | None = None
+        """Each table's columns as it spells them, once read (``_spell``)."""
         self._order: list[str] | None = None
         self._columns: dict[tuple[str, ...], dict[str, list[str]]] = {}
         self.hold = config.mysql.max_transaction_rows
@@ -83,6 +101,49 @@ class BatchRows:
         for applier in self.appliers.values():
             applier.refresh()
         self._columns.clear()
+        self._spellings = None
+
+    def _spell(self, conn: Connection) -> dict[str, Spelling]:
+        """Each table's spelling of its columns (and the config's of the op and
+        route columns), read once, and again after ``refresh`` (a table auto_create
+        made meanwhile). An applier whose table spells a name the config names
+        otherwise is made again, with the config's names spelt as the table does."""
+        if self._spellings is None:
+            self._spellings = {}
+            for table, target in self.targets.items():
+                names = [f.name for f in read_columns(conn, table).values()]
+                spelling = Spelling([*names, *self._ours])
+                self._spellings[table] = spelling
+                config = spelled_config(self.config, spelling)
+                spelled = spelled_target(target, spelling)
+                if _named(config, spelled) != _named(*self._made(table)):
+                    self.appliers[table].close()
+                    self.appliers[table] = RowApplier(config, spelled, self.engine)
+            self._by_route = {a.mysql.route: a for a in self.appliers.values()}
+        return self._spellings
+
+    def _made(self, table: str) -> tuple[Config, Target]:
+        applier = self.appliers[table]
+        return applier.config, applier.mysql
+
+    def _single(
+        self,
+        conn: Connection,
+        chunks: Iterator[pa.RecordBatch],
+        total: int,
+        on_chunk: ChunkCallback | None,
+        stream: Sequence[str] | None,
+    ) -> AppliedRows:
+        """The one table's rows, in its spelling."""
+        (table,) = self.targets
+        spelling = self._spell(conn)[table]
+        self.table_at = table
+        if stream is not None:
+            refuse_twins(stream, table)
+            stream = [spelling.of(c) for c in stream]
+        return self.appliers[table].apply_chunks(
+            conn, _in_spelling(chunks, spelling, table), total, on_chunk, stream
+        )
 
     def close(self) -> None:
         """End the appliers' prefetch threads; once no batch is being applied."""
@@ -98,9 +159,7 @@ class BatchRows:
             return self.wal.read_batch(batch, self.config.wal.chunk_rows)
 
         if self.route_column is None:
-            (single,) = self.appliers.values()
-            self.table_at = single.mysql.table
-            applied = single.apply_chunks(conn, read(), batch.rows, on_chunk)
+            applied = self._single(conn, read(), batch.rows, on_chunk, None)
         else:
             applied = self._routed(conn, read, batch.rows, on_chunk, None)
         self.table_at = None
@@ -116,8 +175,7 @@ class BatchRows:
         """Apply ``chunks`` (rows of some of ``stream``'s columns: a quarantine
         retry's records) as a staged batch's."""
         if self.route_column is None:
-            (single,) = self.appliers.values()
-            return single.apply_chunks(conn, chunks, total, stream=stream)
+            return self._single(conn, chunks, total, None, stream)
         held = list(chunks)  # a retry's entries of one batch
         return self._routed(conn, lambda: iter(held), total, None, stream)
 
@@ -130,6 +188,12 @@ class BatchRows:
         stream: Sequence[str] | None,
     ) -> AppliedRows:
         order = self._parents_first(conn)
+        self._spell(conn)
+        given = read
+
+        def read() -> Iterator[pa.RecordBatch]:  # the op and route as configured
+            return (_renamed(chunk, self._ours) for chunk in given())
+
         counts = _Counts()
         run: _Run | None = None
         position = 0
@@ -221,17 +285,20 @@ class BatchRows:
                 if not rows:
                     continue
             applier = self.appliers[table]
+            spelling = self._spell(conn)[table]
             self.table_at = table
             applied = applier.apply_chunks(
                 conn,
                 (
-                    p.select(self._table_columns(p.schema.names, stream)[table])
+                    _renamed(
+                        p.select(self._taken(p.schema.names, stream, table)), spelling
+                    )
                     for p in parts
                 ),
                 rows,
                 stream=None
                 if stream is None
-                else self._table_columns(stream, stream)[table],
+                else [spelling.of(c) for c in self._taken(stream, stream, table)],
             )
             counts.add(table, applied, self.route_column, applier.mysql.route)
 
@@ -260,6 +327,12 @@ class BatchRows:
             known = tables_columns(self.config, have, names, stream)
             self._columns[tuple(names)] = known
         return known
+
+    def _taken(
+        self, names: Sequence[str], stream: Sequence[str] | None, table: str
+    ) -> list[str]:
+        """The columns ``table`` takes of ``names`` (tables_columns)."""
+        return self._table_columns(names, stream)[table]
 
     def _parents_first(self, conn: Connection) -> list[str]:
         if self._order is None:
@@ -315,6 +388,28 @@ class _Counts:
         )
 
 
+def _named(config: Config, target: Target) -> tuple[object, ...]:
+    """The names an applier holds of the config's."""
+    order = config.cdc.order_by if config.cdc else None
+    return target.key, target.merge, target.version_column, target.columns, order
+
+
+def _renamed(chunk: pa.RecordBatch, spelling: Spelling) -> pa.RecordBatch:
+    """``chunk`` with the columns ``spelling`` has named as it spells them."""
+    names = [spelling.of(n) for n in chunk.schema.names]
+    return chunk if names == chunk.schema.names else chunk.rename_columns(names)
+
+
+def _in_spelling(
+    chunks: Iterator[pa.RecordBatch], spelling: Spelling, table: str
+) -> Iterator[pa.RecordBatch]:
+    """``chunks`` of ``table``'s rows in its spelling; two columns equal but for
+    case refused."""
+    for chunk in chunks:
+        refuse_twins(chunk.schema.names, table)
+        yield _renamed(chunk, spelling)
+
+
 def tables_columns(
     config: Config,
     have: dict[str, Collection[str]],
@@ -332,12 +427,13 @@ def tables_columns(
             stream without the route column or ``cdc.order_by``.
     """
     mysql, cdc = config.mysql, config.cdc
-    op = [cdc.op_column] if cdc else []
+    op = Spelling([cdc.op_column] if cdc else [])
     whole = list(stream or names)
+    in_stream, in_names = Spelling(whole), Spelling(names)
     for setting, column in [("mysql.route_column", mysql.route_column)] + (
         [("cdc.order_by", cdc.order_by)] if cdc else []
     ):
-        if column and column not in whole:
+        if column and column not in in_stream:
             raise ConfigError(
                 f"{setting} names column {column!r}, which the stream does not have "
                 f"(its columns: {', '.join(whole)})"
@@ -346,17 +442,20 @@ def tables_columns(
     for target in mysql.targets:
         wanted = target.columns
         if wanted is None:
-            wanted = [c for c in whole if c in have[target.table] and c not in op]
-        missing = [c for c in wanted if c not in whole]
+            has = Spelling(have[target.table])
+            wanted = [c for c in whole if c in has and c not in op]
+        missing = [c for c in wanted if c not in in_stream]
         if missing:
             raise ConfigError(
                 f"{target.where}.columns names column {missing[0]!r}, which the "
                 f"stream does not have (its columns: {', '.join(whole)})"
             )
-        columns[target.table] = [c for c in dict.fromkeys([*wanted, *op]) if c in names]
-    taken = {c for t in mysql.targets for c in (t.columns or have[t.table])}
-    stray = [c for c in whole if c not in taken and c != mysql.route_column]
-    stray = [c for c in stray if c not in op]
+        refuse_twins([c for c in whole if c in Spelling(wanted)], target.table)
+        received = [in_names.get(c) for c in [*wanted, *op]]
+        columns[target.table] = list(dict.fromkeys(c for c in received if c))
+    taken = Spelling(c for t in mysql.targets for c in (t.columns or have[t.table]))
+    stray = [c for c in whole if c not in taken and c not in op]
+    stray = [c for c in stray if c.lower() != (mysql.route_column or "").lower()]
     if stray:
         raise ConfigError(
             f"stream column {stray[0]!r} belongs to no table of mysql.tables: leave "

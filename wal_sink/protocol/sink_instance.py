@@ -14,6 +14,12 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, Target
+from wal_sink.config.spelling import (
+    Spelling,
+    refuse_twins,
+    spelled_config,
+    spelled_target,
+)
 from wal_sink.errors import ConfigError, WalSinkError, first_line
 from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
@@ -138,12 +144,17 @@ class SinkInstance:
             received = self._received(schema.names)
             with self.engine.connect() as conn:
                 for target in self.config.mysql.targets:
-                    names = received[target.table]
+                    columns = read_profile(conn, target.table).columns
+                    spelling = Spelling(c.name for c in columns.values())
+                    fields = [schema.field(n) for n in received[target.table]]
                     fit = table_fit(
                         target.table,
-                        pa.schema([schema.field(n) for n in names]),
-                        read_profile(conn, target.table).columns,
-                        roles_of(self.config, target),
+                        pa.schema([f.with_name(spelling.of(f.name)) for f in fields]),
+                        columns,
+                        roles_of(
+                            spelled_config(self.config, spelling),
+                            spelled_target(target, spelling),
+                        ),
                     )
                     fit.refuse()
                     say_warnings(self.sink_id, fit)
@@ -247,9 +258,9 @@ class SinkInstance:
     ) -> None:
         """Refuse a stream column ``target`` receives and does not have (before,
         the first batch failed to apply)."""
-        op = self.config.cdc.op_column if self.config.cdc else None
+        op = self.config.cdc.op_column.lower() if self.config.cdc else None
         have = {c.lower() for c in table_columns(conn, target.table)}
-        lacking = [c for c in received if c.lower() not in have and c != op]
+        lacking = [c for c in received if c.lower() not in have | {op}]
         if lacking:
             raise ConfigError(
                 f"stream column {lacking[0]!r} is not a column of table "
@@ -282,12 +293,14 @@ class SinkInstance:
     ) -> dict[str, list[str]]:
         """The columns each target table (of ``targets``, default all) takes of a
         stream of ``columns`` (none when not known), each table reflected (a
-        missing or hidden one refused)."""
+        missing or hidden one refused), two equal but for case refused."""
         tables = {
             t.table: reflect_target(self.engine, t.table)
             for t in (self.config.mysql.targets if targets is None else targets)
         }
         if not self.config.mysql.route_column or not columns:
+            for name in tables:
+                refuse_twins(columns, name)
             return {name: columns for name in tables}
         have = {name: table.c.keys() for name, table in tables.items()}
         return tables_columns(self.config, have, columns)

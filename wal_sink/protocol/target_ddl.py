@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, Target
+from wal_sink.config.spelling import Spelling, spelled_target
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.table_ddl import TablePlan, plan_table, run_plan, table_columns
@@ -40,17 +41,18 @@ def target_fields(
     Raises:
         ConfigError: a missing table of several without ``columns`` to make it of.
     """
-    op = config.cdc.op_column if config.cdc else None
-    names = [f.name for f in schema if f.name != op]
+    op = config.cdc.op_column.lower() if config.cdc else None
+    names = [f.name for f in schema if f.name.lower() != op]
     if target.columns is not None:
-        names = [n for n in target.columns if n in schema.names]
+        in_stream = Spelling(schema.names)
+        names = [in_stream.of(n) for n in target.columns if n in in_stream]
     elif config.mysql.route_column:
         if have is None:
             raise ConfigError(
                 f"{target.where}.columns is needed to create table {target.table}: "
                 "with several tables, say which stream columns it takes"
             )
-        names = [n for n in names if n.lower() in have and n != op]
+        names = [n for n in names if n.lower() in have]
     return pa.schema([schema.field(n) for n in names])
 
 
@@ -68,12 +70,13 @@ def prepare_targets(
         with engine.connect() as conn:
             have = set(table_columns(conn, target.table)) or None
             fields = target_fields(config, target, schema, have)
-            plan = plan_table(conn, target.table, target.key, fields)
+            key = spelled_target(target, Spelling(fields.names)).key
+            plan = plan_table(conn, target.table, key, fields)
         if run and (mysql.auto_create or mysql.auto_evolve) and plan.statements:
             plan = run_plan(
                 engine,
                 target.table,
-                target.key,
+                key,
                 fields,
                 create=mysql.auto_create,
                 evolve=mysql.auto_evolve,

@@ -40,6 +40,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from wal_sink.config import Config, load_config
+from wal_sink.config.spelling import Spelling, spelled_config
 from wal_sink.errors import ConfigError, TerminalError
 from wal_sink.wal.task_files import TaskFile, wal_schema, write_task_file
 from wal_sink.wal.writer_run import WriterRun
@@ -79,8 +80,9 @@ class WalSinkDataSource(DataSource):
             raise ConfigError(
                 'format("wal_sink") needs .option("config", "path/to/sink.toml")'
             )
-        config = load_config(Path(path))
         arrow = wal_schema(to_arrow_schema(schema, timezone="UTC"))
+        # cdc.order_by as the stream spells it: column names ignore case
+        config = spelled_config(load_config(Path(path)), Spelling(arrow.names))
         order_by = config.cdc.order_by if config.cdc else None
         if order_by is not None and order_by not in arrow.names:
             raise ConfigError(

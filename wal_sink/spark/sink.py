@@ -28,6 +28,7 @@ from pyspark.sql.types import ArrayType, MapType, StructType
 from sqlalchemy import Engine
 
 from wal_sink.config import Config, load_config
+from wal_sink.config.spelling import Spelling, spelled_config
 from wal_sink.errors import CheckpointResetError, FencedError
 from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql.row_screen import check_json_targets
@@ -164,7 +165,8 @@ class WalSink(SinkInstance):
         pipeline.wait_for_room()
         wait_ms = laps.lap()
         # Step 1. Stage (None: the WAL already holds this batch; apply what it holds).
-        order_by = self.config.cdc.order_by if self.config.cdc else None
+        cdc = spelled_config(self.config, Spelling(rows.columns)).cdc
+        order_by = cdc.order_by if cdc else None  # as the stream spells it
         times = StageTimes()
         staged = stage(
             df, self.writer, batch_id, order_by, times, self.driver_stage_rows, probe
