@@ -202,6 +202,18 @@ def short_lock_waits(db, seconds: int = 3) -> Iterator[None]:
         db.execute("SET GLOBAL lock_wait_timeout = DEFAULT")
 
 
+@contextlib.contextmanager
+def server_default(db, variable: str, value: Any) -> Iterator[None]:
+    """The server's GLOBAL ``variable`` (every new session's default) set to
+    ``value`` meanwhile."""
+    [(saved,)] = db.rows(f"SELECT @@GLOBAL.{variable}")
+    db.execute(f"SET GLOBAL {variable} = %s", (value,))
+    try:
+        yield
+    finally:
+        db.execute(f"SET GLOBAL {variable} = %s", (saved,))
+
+
 # Landing files, and the streams and jobs that read them.
 LANDING_SCHEMA = "k STRING, amount DECIMAL(12,2), seq BIGINT"
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
 
-from tests.helpers import settle
+from tests.helpers import server_default, settle
 from wal_sink import ConfigError, TerminalError, WalSink
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter
@@ -131,17 +132,31 @@ def test_non_innodb_target_is_refused(spark, db, make_config):
         WalSink(make_config(table="myisam_items")).start()
 
 
-def test_timestamps_land_as_utc(spark, db, make_config):
+def test_timestamps_land_as_utc(spark, db, make_config, monkeypatch):
+    """A stream timestamp lands as its UTC wall time in a DATETIME column and as
+    the same instant in a TIMESTAMP one, whatever the time zone of the client
+    process and of the server (both away from UTC here)."""
     db.execute("DROP TABLE IF EXISTS events")
     db.execute(
-        "CREATE TABLE events (k VARCHAR(8) PRIMARY KEY, ts DATETIME(6)) ENGINE=InnoDB"
+        "CREATE TABLE events (k VARCHAR(8) PRIMARY KEY, ts DATETIME(6), "
+        "at TIMESTAMP(6) NULL) ENGINE=InnoDB"
     )
-    sink = WalSink(make_config(table="events", sink_id="ts"))
     ts = datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=timezone.utc)
-    sink.foreach_batch(spark.createDataFrame([("a", ts)], "k STRING, ts TIMESTAMP"), 0)
-    settle(sink)
-    assert db.rows("SELECT ts FROM events") == [
-        (datetime(2026, 1, 2, 3, 4, 5, 600000),)
+    monkeypatch.setenv("TZ", "America/St_Johns")  # -03:30
+    time.tzset()
+    try:
+        with server_default(db, "time_zone", "+09:00"):
+            sink = WalSink(make_config(table="events", sink_id="ts"))
+            rows = spark.createDataFrame(
+                [("a", ts, ts)], "k STRING, ts TIMESTAMP, at TIMESTAMP"
+            )
+            sink.foreach_batch(rows, 0)
+            settle(sink)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert db.rows("SELECT ts, UNIX_TIMESTAMP(at) FROM events") == [
+        (datetime(2026, 1, 2, 3, 4, 5, 600000), Decimal(str(ts.timestamp())))
     ]
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from devtools.mariadb import SINK_PASSWORD
-from tests.helpers import stage_rows
+from tests.helpers import server_default, stage_rows
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError, TerminalError
 from wal_sink.mysql.engine import SELECT_ANY, SESSION_SQL_MODE, make_engine
@@ -250,31 +250,26 @@ def test_an_updated_at_column_the_stream_does_not_write_keeps_refreshing(
 
 
 @pytest.fixture
-def server_zone(db):
-    """``server_zone(zone)``: the server's global time_zone for the test (a named
-    zone loaded from the system's zoneinfo first), restored after it."""
-    [(saved,)] = db.rows("SELECT @@global.time_zone")
-
-    def set_zone(zone: str) -> None:
-        if "/" in zone and not db.rows(
-            "SELECT 1 FROM mysql.time_zone_name WHERE Name = %s", (zone,)
-        ):
-            sql = subprocess.run(
-                ["mariadb-tzinfo-to-sql", f"/usr/share/zoneinfo/{zone}", zone],
-                capture_output=True,
-                check=True,
-            ).stdout
-            subprocess.run(
-                ["mariadb", "--no-defaults", "-S", str(db.server.socket), "-uroot"]
-                + ["mysql"],
-                input=sql,
-                capture_output=True,
-                check=True,
-            )
-        db.execute("SET GLOBAL time_zone = %s", (zone,))
-
-    yield set_zone
-    db.execute("SET GLOBAL time_zone = %s", (saved,))
+def server_at(db, zone: str) -> Iterator[None]:
+    """The server's time zone is the test's ``zone`` meanwhile (a named one loaded
+    from the system's zoneinfo first)."""
+    if "/" in zone and not db.rows(
+        "SELECT 1 FROM mysql.time_zone_name WHERE Name = %s", (zone,)
+    ):
+        sql = subprocess.run(
+            ["mariadb-tzinfo-to-sql", f"/usr/share/zoneinfo/{zone}", zone],
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(
+            ["mariadb", "--no-defaults", "-S", str(db.server.socket), "-uroot"]
+            + ["mysql"],
+            input=sql,
+            capture_output=True,
+            check=True,
+        )
+    with server_default(db, "time_zone", zone):
+        yield
 
 
 def server_now(db) -> datetime:
@@ -289,7 +284,7 @@ FALL_BACK = [datetime(2026, 10, 25, h, 30, tzinfo=timezone.utc) for h in (0, 1)]
 @pytest.mark.parametrize("zone", ["+02:00", "Europe/Berlin"])
 @pytest.mark.parametrize("path", ["row by row", "multi-row", "local_infile"])
 def test_datetime_columns_mysql_fills_take_the_servers_local_time(
-    db, fresh, config, calls, monkeypatch, server_zone, zone, path
+    db, fresh, config, calls, monkeypatch, server_at, path
 ):
     """DATETIME DEFAULT / ON UPDATE CURRENT_TIMESTAMP columns the stream does not
     write get the server's wall clock, as every other writer's rows do, although
@@ -303,7 +298,6 @@ def test_datetime_columns_mysql_fills_take_the_servers_local_time(
         "made3 DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), "
         "touched DATETIME(6) NULL ON UPDATE CURRENT_TIMESTAMP(6))"
     )
-    server_zone(zone)
     old = datetime(2001, 1, 1)
     db.execute("INSERT INTO t VALUES (5, 'e', 1, 1, NULL, %s, %s, %s)", (old,) * 3)
     if path == "row by row":
@@ -791,18 +785,6 @@ HOSTILE = [
     ("sql_select_limit", 1),
     ("sql_safe_updates", 1),
 ]
-
-
-@contextlib.contextmanager
-def server_default(db, variable: str, value: Any) -> Iterator[None]:
-    """The server's GLOBAL ``variable`` (every new session's default) set to
-    ``value`` meanwhile."""
-    [(saved,)] = db.rows(f"SELECT @@GLOBAL.{variable}")
-    db.execute(f"SET GLOBAL {variable} = %s", (value,))
-    try:
-        yield
-    finally:
-        db.execute(f"SET GLOBAL {variable} = %s", (saved,))
 
 
 @pytest.mark.parametrize("variable, value", HOSTILE)
