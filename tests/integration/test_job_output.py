@@ -4,7 +4,10 @@ Spark's INFO back when asked for. Real spark-submit runs over a landing director
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
+
+import pytest
 
 from devtools.spark_job import JobProcess, job_env
 from tests.helpers import fresh_table, landing_config
@@ -88,3 +91,21 @@ def test_bad_spark_log_level_flag_exits_two_with_one_line(db, tmp_path):
         "ERROR wal_sink.job: --spark-log-level 'LOUD' must be one of OFF, FATAL"
         in job.text()
     )
+
+
+@pytest.mark.parametrize("flag", ["--print-ddl", "--available-now"])
+def test_a_source_directory_not_there_yet_exits_two_with_one_line(db, tmp_path, flag):
+    """Before, Spark's PATH_NOT_FOUND was a traceback, and the job ran its restart
+    strategy before giving up (exit 1)."""
+    config = landing_config(db, tmp_path, "early")
+    landing = tmp_path / "landing"
+    shutil.rmtree(landing)
+    job = JobProcess(config, tmp_path / "job.log", flag, env=job_env())
+    assert job.wait() == 2, job.tail()
+    out = job.text()
+    assert (
+        f"ERROR wal_sink.job: source.path '{landing}' does not exist: create it (the "
+        "job reads the json files that land there), or set source.path to where they "
+        "land"
+    ) in out
+    assert "Traceback" not in out and "query failed" not in out, out

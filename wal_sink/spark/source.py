@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -25,6 +26,8 @@ PARSED_FORMATS = ("kafka", "json", "csv")
 PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
 RATE_LIMIT = re.compile(r"max\w*PerTrigger", re.IGNORECASE)
 SCHEMA_INFERENCE = "spark.sql.streaming.schemaInference"
+PATH_NOT_FOUND = "PATH_NOT_FOUND"
+"""Spark's condition for a file source whose path does not exist, at ``load``."""
 TOPIC = "topic"
 """Kafka's topic of each record: with several tables it reaches the transform (as
 ``topic``, unless the value has a field of that name), so a topic per table
@@ -33,6 +36,8 @@ routes by it."""
 
 def read_source(spark: SparkSession, config: Config, rate_scale: int = 1) -> DataFrame:
     """The source as rows; parsed formats carry ``_wal_corrupt`` (raw text or NULL).
+    A file source's path that does not exist is a configuration error (one line),
+    for ``--print-ddl`` and the job's start alike, not a failure to restart.
 
     ``rate_scale`` multiplies the source's whole-number rate limits
     (``maxFilesPerTrigger``, ``maxOffsetsPerTrigger``, …) for a query that triggers
@@ -69,7 +74,16 @@ def read_source(spark: SparkSession, config: Config, rate_scale: int = 1) -> Dat
         reader = reader.options(**PERMISSIVE)  # after the user's: nothing is dropped
     if schema:
         reader = reader.schema(schema)
-    return reader.load(src.path)
+    try:
+        return reader.load(src.path)
+    except AnalysisException as e:
+        if e.getCondition() != PATH_NOT_FOUND:
+            raise
+        raise ConfigError(
+            f"source.path {src.path!r} does not exist: create it (the job reads the "
+            f"{src.format} files that land there), or set source.path to where they "
+            "land"
+        ) from None
 
 
 def infers_schema(spark: SparkSession) -> bool:
