@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,53 @@ def test_a_backfill_job_honours_the_live_jobs_deletes(db, tmp_path):
     assert db.rows(
         "SELECT skipped_count FROM wal_sink_ack WHERE sink_id = 'backfill'"
     ) == [(1,)]
+
+
+def test_a_narrow_version_is_refused_and_a_narrow_column_said_once_its_values_kept_out(
+    db, tmp_path
+):
+    """docs/merge.md, "Values MySQL would change", through the job: a version
+    column narrower than the stream's type is refused at start (exit 2, nothing
+    written); a data column is said once at start, and each value it would change
+    is set aside while the rest lands."""
+    fresh(
+        db,
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, price DECIMAL(12,2), at DATETIME, "
+        "ver DECIMAL(10,0))",
+    )
+    schema = "k BIGINT, price DECIMAL(12,4), at TIMESTAMP, ver DECIMAL(10,2)"
+    rows = [
+        {"k": 1, "price": "1.2300", "at": "2001-01-01T10:00:00Z", "ver": "1"},
+        {"k": 2, "price": "1.2345", "at": "2001-01-01T10:00:00Z", "ver": "2"},
+        {"k": 3, "price": "9.9900", "at": "2001-01-01T10:00:00.999999Z", "ver": "3"},
+    ]
+    versioned, plain = tmp_path / "versioned", tmp_path / "plain"
+    versioned.mkdir()
+    plain.mkdir()
+    config = job_config(db, versioned, "versioned", schema, 'version_column = "ver"')
+    land(versioned, rows)
+    job = drain(config, versioned)
+    assert job.proc.returncode == 2, job.tail()
+    errors = [ln for ln in job.text().splitlines() if "ERROR wal_sink.job:" in ln]
+    assert len(errors) == 1, job.tail()
+    assert "column ver of table t is decimal(10,0), which rounds" in errors[0]
+    assert "it is the version column" in errors[0]
+    assert db.rows("SELECT COUNT(*) FROM t") == [(0,)]
+
+    config = job_config(db, plain, "plain", schema, "")
+    land(plain, rows)
+    job = drain(config, plain)
+    assert job.proc.returncode == 0, job.tail()
+    warned = [ln for ln in job.text().splitlines() if "WARNING" in ln]
+    for column, kind in (("price", "decimal(12,2)"), ("at", "datetime")):
+        said = [ln for ln in warned if f"column {column} of table t is {kind}" in ln]
+        assert len(said) == 1, warned
+    assert db.rows("SELECT k, price, at FROM t") == [
+        (1, Decimal("1.23"), datetime(2001, 1, 1, 10))
+    ]
+    assert db.rows("SELECT row_count, quarantined FROM wal_sink_ack") == [(1, 2)]
+    listed = cli(config, "quarantine", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    reasons = sorted(e["reason"] for e in json.loads(listed.stdout))
+    assert reasons[0].startswith("1.2345 in column price (decimal(12,2)), which")
+    assert reasons[1].startswith("2001-01-01 10:00:00.999999+00:00 in column at")
