@@ -100,7 +100,10 @@ def test_auto_evolve_adds_a_column_nullable_and_never_changes_one(db, config, ca
     sink.close()
     ddl = create_table(db)
     assert "`tags` longtext" in ddl and "`n` int(11)" in ddl
-    assert "column n of table made is int(11)" in caplog.text
+    # An INT for the stream's BIGINT changes no value (one too large fails), a
+    # VARCHAR(8) key no text (one too long fails): nothing to warn of.
+    assert "column n of table made" not in caplog.text
+    assert "column k of table made" not in caplog.text
     assert db.rows("SELECT k, n, tags FROM made ORDER BY k") == [
         ("a", 1, "[1.00]"),
         ("old", 7, None),

@@ -195,3 +195,12 @@ def test_print_ddl_says_what_it_would_run_and_changes_nothing(db, tmp_path):
     assert "ts DATETIME(6) NULL" in printed and "PRIMARY KEY (k)" in printed
     assert db.rows("SHOW TABLES LIKE 'made'") == []
     assert not (tmp_path / "wal").exists() and not (tmp_path / "checkpoint").exists()
+    # The table made by hand with a DATETIME for the stream's timestamps: nothing
+    # to run, and the column that would change values is said.
+    create = printed[printed.index("CREATE TABLE made") :].split(";")[0]
+    db.execute(create.replace("ts DATETIME(6)", "ts DATETIME"))
+    job = JobProcess(config, tmp_path / "again.log", "--print-ddl")
+    assert job.wait() == 0, job.tail()
+    printed = job.text()
+    assert "-- table made: nothing to do" in printed
+    assert "-- column ts of table made is datetime, which drops fractions" in printed

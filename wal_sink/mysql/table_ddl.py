@@ -5,8 +5,8 @@ run before any batch's transaction (MySQL commits DDL implicitly), never inside 
 - A missing target is created from the stream's columns (column_types.py): the key
   as PRIMARY KEY, InnoDB, utf8mb4.
 - A stream column the target lacks is added, NULL-able. An existing column is never
-  dropped, narrowed or retyped: where its type differs from the stream's, a warning
-  says so, and values that do not fit are set aside row by row as before.
+  dropped, narrowed or retyped: a value it would change is set aside row by row
+  (value_fit.py says which, and warns at start).
 
 Running it is idempotent and safe beside another sink starting on the same database:
 under a named lock the plan is made again from what the server has then (MySQL 8
@@ -19,7 +19,6 @@ budget.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -36,7 +35,6 @@ from wal_sink.mysql.named_lock import named_lock
 
 LOCK_WAIT_SECONDS = 10
 LOCK_WAIT_TIMEOUT = 1205
-DISPLAY_WIDTH = re.compile(r"^(tinyint|smallint|mediumint|int|bigint)\(\d+\)")
 
 
 @dataclass(frozen=True)
@@ -50,8 +48,6 @@ class TablePlan:
     """ALTER TABLE … ADD COLUMN, one per stream column the table lacks."""
     missing: tuple[str, ...] = ()
     """The stream columns those add."""
-    differs: tuple[str, ...] = ()
-    """Existing columns whose type is not the stream's, as warnings."""
 
     @property
     def statements(self) -> list[str]:
@@ -82,24 +78,11 @@ def plan_table(
             f"DEFAULT CHARSET=utf8mb4 COLLATE={dialect.text_collation}",
         )
     lacking = [f for f in schema if f.name.lower() not in existing]
-    differs = []
-    for field in schema:
-        have = existing.get(field.name.lower())
-        if have is None:
-            continue
-        wanted = mysql_type(field, dialect, key=field.name in key, key_bytes=room)
-        if _base(wanted) != _base(have):
-            differs.append(
-                f"column {field.name} of table {table} is {have}, the stream's "
-                f"{field.type} would be {wanted.split(' CHARACTER SET')[0]}: values "
-                "it cannot hold are set aside"
-            )
     return TablePlan(
         table,
         None,
         tuple(f"ALTER TABLE {quote(table)} ADD COLUMN {column(f)}" for f in lacking),
         tuple(f.name for f in lacking),
-        tuple(differs),
     )
 
 
@@ -152,10 +135,3 @@ def table_columns(conn: Connection, table: str) -> dict[str, str]:
             {"t": table},
         )
     }
-
-
-def _base(column_type: str) -> str:
-    """A type without display width, character set or collation, lower case."""
-    kind = column_type.lower().split(" character set")[0]
-    kind = DISPLAY_WIDTH.sub(r"\1", kind)
-    return "tinyint" if kind == "boolean" else kind

@@ -179,7 +179,8 @@ def table_fit(
         if found is not None:
             narrowings.append((f.name, found))
     names = {n for n, _ in narrowings}
-    roles = tuple(r for r in roles if r[0] in names)
+    lower = {n.lower(): n for n in names}  # names ignore case, as MySQL's do
+    roles = tuple((lower[c.lower()], r) for c, r in roles if c.lower() in lower)
     return Fit(table, schema, tuple(narrowings), roles)
 
 

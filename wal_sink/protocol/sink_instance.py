@@ -15,10 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, Target
 from wal_sink.config.spelling import (
-    Spelling,
     refuse_twins,
-    spelled_config,
-    spelled_target,
 )
 from wal_sink.errors import ConfigError, WalSinkError, first_line
 from wal_sink.metrics import SinkMetrics
@@ -31,7 +28,7 @@ from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.target_profile import read_profile
 from wal_sink.mysql.tombstones import ensure_tombstones, refuse_shared
-from wal_sink.mysql.value_fit import roles_of, say_warnings, table_fit
+from wal_sink.mysql.value_fit import Fit, roles_of, say_warnings, table_fit
 from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.parts import SinkParts
@@ -141,26 +138,33 @@ class SinkInstance:
         values of it (set aside at run time): mysql/value_fit.py. The committer
         checks each staged schema the same way."""
         try:
-            received = self._received(schema.names)
-            with self.engine.connect() as conn:
-                for target in self.config.mysql.targets:
-                    columns = read_profile(conn, target.table).columns
-                    spelling = Spelling(c.name for c in columns.values())
-                    fields = [schema.field(n) for n in received[target.table]]
-                    fit = table_fit(
-                        target.table,
-                        pa.schema([f.with_name(spelling.of(f.name)) for f in fields]),
-                        columns,
-                        roles_of(
-                            spelled_config(self.config, spelling),
-                            spelled_target(target, spelling),
-                        ),
-                    )
-                    fit.refuse()
-                    say_warnings(self.sink_id, fit)
+            fits = self.fits(schema)
         except DBAPIError as e:
             if not is_transient(e):
                 raise mysql_error(e, sink_id=self.sink_id) from e
+            return
+        for fit in fits:
+            fit.refuse()
+            say_warnings(self.sink_id, fit)
+
+    def fits(self, schema: pa.Schema) -> list[Fit]:
+        """What each existing target's columns do to values of ``schema`` (a table
+        ``mysql.auto_create`` will make takes every value)."""
+        with self.engine.connect() as conn:
+            targets = [
+                t for t in self.config.mysql.targets if table_columns(conn, t.table)
+            ]
+        received = self._received(schema.names, targets)
+        with self.engine.connect() as conn:
+            return [
+                table_fit(
+                    target.table,
+                    pa.schema([schema.field(n) for n in received[target.table]]),
+                    read_profile(conn, target.table).columns,
+                    roles_of(self.config, target),
+                )
+                for target in targets
+            ]
 
     def check_lease(self, batch_id: int | None = None) -> str | None:
         """Check that this instance still holds the lease: FencedError once a newer

@@ -61,7 +61,7 @@ def prepare_targets(
 ) -> list[TablePlan]:
     """Create and evolve each target for a stream of ``schema`` as the config
     allows (``run``), or only plan it (``--print-ddl``); returns the plans, each
-    with what is left undone and the columns whose type differs."""
+    with what is left undone."""
     mysql = config.mysql
     if run and not (mysql.auto_create or mysql.auto_evolve):
         return []
@@ -86,8 +86,6 @@ def prepare_targets(
                 log.info("sink %s: %s", config.sink.id, statement)
             if done:  # its tombstone table with it, not in a batch's transaction
                 ensure_tombstones(engine, config, [target])
-        for warning in plan.differs:
-            log.warning("sink %s: %s", config.sink.id, warning)
         plans.append(plan)
     return plans
 

@@ -211,17 +211,19 @@ def print_ddl(config: Config, spark: SparkSession) -> int:
     stream (the query's schema, which only Spark knows), printed; nothing is
     changed, whatever ``mysql.auto_*`` say."""
     frame = streaming_frame(spark, config, read_source(spark, config))
+    schema = arrow_schema(frame.schema)
     instance = SinkInstance(config)
     try:
-        plans = prepare_targets(
-            instance.engine, config, arrow_schema(frame.schema), run=False
-        )
+        plans = prepare_targets(instance.engine, config, schema, run=False)
+        existing = [p.table for p in plans if p.create is None]
+        fits = {f.table: f for f in instance.fits(schema) if f.table in existing}
     finally:
         instance.close()
     for plan in plans:
         statements = plan.statements or [f"-- table {plan.table}: nothing to do"]
         print(";\n".join(statements) + (";" if plan.statements else ""))
-        for warning in plan.differs:
+        fit = fits.get(plan.table)
+        for warning in fit.warnings() if fit else ():
             print(f"-- {warning}")
     return OK
 
