@@ -81,8 +81,10 @@ GROUPS = (
                "replay", "crash", "child"}),
     frozenset({"compound", "ts_version", "version", "explicit_defaults_off",
                "narrow", "quarantine_batch", "second_sink"}),
-    frozenset({"surrogate", "unique_label", "unsigned", "limits", "generated",
-               "crash_after_commit", "on_update", "second_sink"}),
+    frozenset({"surrogate", "unsigned", "limits", "crash_after_commit",
+               "second_sink"}),
+    frozenset({"on_update", "generated", "unique_label", "second_sink",
+               "quarantine_batch"}),
     frozenset({"auto_increment", "float", "narrow", "datetime_now", "updated_at",
                "quarantine_batch"}),
     frozenset({"compound", "narrow_key", "second_sink"}),
@@ -91,6 +93,7 @@ GROUPS = (
     frozenset({"version", "missing_version", "second_sink", "case_names", "limits"}),
     frozenset({"auto_increment", "required", "missing_column", "second_sink",
                "replay"}),
+    frozenset({"cdc", "version", "ts_version", "limits"}),
 )  # fmt: skip
 """The fixed run's examples, one per group of features forced (others drawn):
 together every feature, each with data applied or (REFUSALS) its refusal
@@ -282,7 +285,7 @@ def scenarios(
     datetime_now = d.feature("datetime_now", 0.15)
     child = None
     if cdc and len(key) == 1 and d.feature("child", 0.35):
-        child = d.choice(["restrict", "cascade"])
+        child = d.choice(["restrict", "restrict", "cascade"])
     target = Target(
         columns=tuple(columns),
         key=key,
@@ -411,6 +414,8 @@ def _sink(
     merge["label"] = d.choice(["overwrite", "overwrite", "keep"])
     if "created" in names:
         merge["created"] = d.choice(["keep", "keep", "overwrite"])
+        if not noisy and "on_update" in d.force:  # the forced run's sink that runs
+            merge["created"] = "overwrite"
     # With a narrow version column a second sink writes it as data, and runs.
     plain = not noisy and "narrow_version" in d.used
     version = (
@@ -432,7 +437,12 @@ def _sink(
     if "label" in stream and d.draw(st.integers(0, 5)) == 0:
         stream.remove("label")
         merge.pop("label")
-    if noisy and version and d.feature("missing_version", 0.12):
+    if (
+        noisy
+        and version
+        and "missing_column" not in d.force
+        and d.feature("missing_version", 0.12)
+    ):
         stream.remove(version)
     elif noisy and d.feature("missing_column", 0.12):
         named = [*target.key, *merge, *(["seq"] if cdc else [])]
@@ -440,6 +450,8 @@ def _sink(
     conflicts = "refuse"
     if any(index != ("sid",) for index in target.unique):
         conflicts = d.choice(["quarantine", "quarantine", "refuse"])
+        if not noisy and "unique_label" in d.force:
+            conflicts = "quarantine"
     spelled: dict[str, str] = {}
     named: dict[str, str] = {}
     if case:

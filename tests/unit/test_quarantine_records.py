@@ -72,6 +72,15 @@ def test_nested_values_stay_json_text_and_absent_columns_stay_out():
     assert raw["tags"] == '["x",{"y":1}]'
 
 
+def test_a_record_spelt_in_another_case_reads_back_as_its_wal_columns():
+    """A row a table set aside is spelt as the table spells its columns, the WAL as
+    the stream does: names ignore case, as MySQL's do."""
+    record = json.loads(record_json({"AT": datetime(2040, 1, 1), "D": Decimal("1.5")}))
+    schema, values = typed_row(record, COLUMNS)
+    assert [f.type for f in schema] == [COLUMNS["at"], COLUMNS["d"]]
+    assert values == {"AT": datetime(2040, 1, 1), "D": Decimal("1.5")}
+
+
 def test_a_column_the_wal_lacks_takes_its_json_type():
     schema, _ = typed_row({"new": 3, "text": "t", "gone": None}, COLUMNS)
     assert [f.type for f in schema] == [pa.int64(), pa.string(), pa.null()]

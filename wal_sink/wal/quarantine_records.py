@@ -4,7 +4,8 @@ so a retry sends them down the committer's own path.
 A record is JSON text (``record_json``): decimals, dates and times as text, bytes
 as hex, nested values as JSON. Each value is read back as its WAL column's type;
 nested values stay JSON text (the form the committer writes them in), and a column
-the WAL no longer has takes the type of its JSON value. A column the record lacks
+the WAL no longer has takes the type of its JSON value; names match ignoring case (a
+row a table set aside is spelt as the table spells its columns). A column the record lacks
 is left out, never sent as NULL: it stays as the target holds it.
 """
 
@@ -47,8 +48,10 @@ def typed_row(record: dict[str, Any], columns: dict[str, pa.DataType]) -> TypedR
         RecordTypeError: a value does not read back as its column's type.
     """
     fields, values = [], {}
+    by_lower = {c.lower(): kind for c, kind in columns.items()}
     for name, value in record.items():
-        kind = columns.get(name)
+        # names ignore case (MySQL's do): a row a table set aside is spelt as it
+        kind = columns.get(name, by_lower.get(name.lower()))
         if kind is None and not isinstance(value, (dict, list)):
             kind = pa.array([value]).type if value is not None else pa.null()
         elif kind is None or pa.types.is_nested(kind):
