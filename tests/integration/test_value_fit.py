@@ -17,7 +17,6 @@ import pyarrow as pa
 import pytest
 
 from tests.helpers import stage_rows
-from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError
 from wal_sink.ops.quarantine_entries import list_entries
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -86,17 +85,14 @@ def test_mariadb_changes_exactly_the_values_the_sink_says_it_would(
 
 
 @pytest.fixture
-def sink_config(db, tmp_path):
-    def make(table: str, key: list[str], **mysql: Any):
-        cdc = mysql.pop("cdc", None)
-        raw = {
-            "sink": {"id": f"vf_{uuid.uuid4().hex[:8]}"},
-            "wal": {"path": str(tmp_path / f"wal_{table}")},
-            "mysql": {"url": db.url, "table": table, "key": key, **mysql},
-        }
-        if cdc:
-            raw["cdc"] = cdc
-        return config_from_dict(raw, base_dir=tmp_path)
+def sink_config(make_config, tmp_path):
+    """A sink of its own per call: ack rows stay in the module's database."""
+
+    def make(table: str, key: list[str], **more: Any):
+        name = f"vf_{uuid.uuid4().hex[:8]}"
+        return make_config(
+            sink_id=name, table=table, key=key, wal_path=tmp_path / name, **more
+        )
 
     return make
 
