@@ -5,8 +5,8 @@ A record is JSON text (``record_json``): decimals, dates and times as text, byte
 as hex, nested values as JSON. Each value is read back as its WAL column's type;
 nested values stay JSON text (the form the committer writes them in), and a column
 the WAL no longer has takes the type of its JSON value; names match ignoring case (a
-row a table set aside is spelt as the table spells its columns). A column the record lacks
-is left out, never sent as NULL: it stays as the target holds it.
+row a table set aside is spelt as the table spells its columns). A column the record
+lacks is left out, never sent as NULL: it stays as the target holds it.
 """
 
 from __future__ import annotations
