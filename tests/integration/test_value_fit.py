@@ -1,6 +1,6 @@
 """A value lands as sent, or is set aside (docs/merge.md, "Values MySQL would
 change"): for columns narrower than the stream's type, what MariaDB really stores is
-held against the sink's verdicts (mysql/value_fit.py), and the real committer sets
+held against the sink's verdicts (mysql/narrowing.py), and the real committer sets
 aside exactly the values the column would change; a narrowing key or version
 column is refused at start and by recovery, nothing written."""
 

@@ -1,6 +1,6 @@
-"""Which stream type / column type pairs narrow, which values each would change,
-and the refusal of a narrowing key, version, order or route column
-(wal_sink/mysql/value_fit.py). What MariaDB really stores for each verdict is held
+"""Which stream type / column type pairs narrow, which values each would change
+(wal_sink/mysql/narrowing.py), and the refusal of a narrowing key, version, order or
+route column (value_fit.py). What MariaDB really stores for each verdict is held
 in tests/integration/test_value_fit.py."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 
 from wal_sink.errors import ConfigError
+from wal_sink.mysql.narrowing import column_fit
 from wal_sink.mysql.target_profile import ColumnFacts
-from wal_sink.mysql.value_fit import column_fit, table_fit
+from wal_sink.mysql.value_fit import table_fit
 
 UTC = timezone.utc
 US = pa.timestamp("us", tz="UTC")
