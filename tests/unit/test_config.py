@@ -8,7 +8,7 @@ from tests.helpers import config_dict
 from wal_sink.config import config_from_dict, load_config, mysql_password
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError
-from wal_sink.mysql.tombstones import refuse_shared
+from wal_sink.mysql.tombstone_checks import refuse_shared
 
 
 def test_valid_config_loads_typed_values():

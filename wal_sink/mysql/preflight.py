@@ -13,7 +13,7 @@ from wal_sink.config import Config, Target
 from wal_sink.config.spelling import Spelling, spelled_target
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.multi_row import MAX_STATEMENT_BYTES
-from wal_sink.mysql.tombstones import refuse_unguarded
+from wal_sink.mysql.tombstone_checks import refuse_unguarded
 from wal_sink.mysql.write_checks import check_writes, visibility_warnings
 
 # SQLAlchemy 2.1's Float is not a Numeric subclass: name both.

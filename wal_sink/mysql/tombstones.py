@@ -21,7 +21,7 @@ every sink with ``[cdc]`` and a version column writing that target reads and wri
 the same one (a sink configured with another is refused, naming it), and it is no
 other target's (refused at start, its comment never rewritten to another). A sink that
 cannot honour them (no ``[cdc]`` or no version column) is refused on a target that
-has one (``refuse_unguarded``). ``_wal_sink_id`` names the sink that recorded a key's
+has one (tombstone_checks.py). ``_wal_sink_id`` names the sink that recorded a key's
 newest delete; each sink's purge expires the tombstones it recorded, after its own
 ``cdc.tombstone_retention``. Tables of 0.4 (primary key (sink id, key)) are migrated
 at start under a named lock: a key's newest tombstone stays.
@@ -108,44 +108,6 @@ def guarding_tables(conn: Connection, target: str) -> list[str]:
             {"c": COMMENT.format(target), "n": f"{target}_tombstones"},
         ).scalars()
     )
-
-
-def refuse_unguarded(conn: Connection, config: Config, mysql: Target) -> None:
-    """Refuse a sink that cannot honour tombstones (no ``[cdc]`` or no version
-    column) on a target whose deletes another sink guards with them: its upserts
-    would bring deleted rows back."""
-    if config.cdc and mysql.version_column:
-        return
-    target = mysql.table
-    found = guarding_tables(conn, target)
-    if found:
-        raise ConfigError(
-            f"table {target}'s deletes are guarded by tombstones (table {found[0]}) "
-            "that this sink cannot honour without [cdc] and mysql.version_column: "
-            "its upserts would bring deleted rows back. Give it [cdc] and "
-            f"mysql.version_column, or drop {found[0]} once no sink deletes from "
-            f"{target}"
-        )
-
-
-def refuse_shared(config: Config) -> None:
-    """Refuse two targets of ``config`` keeping tombstones in one table: each
-    would judge the other's upserts by its deletes. Names compare as a server that
-    folds table names compares them: ignoring case."""
-    if not config.cdc:
-        return
-    owners: dict[str, Target] = {}
-    for t in config.mysql.targets:
-        if not t.version_column:
-            continue
-        owner = owners.setdefault(t.tombstones.lower(), t)
-        if owner is not t:
-            raise ConfigError(
-                f"{t.where}.tombstone_table: table {t.tombstones} would hold the "
-                f"tombstones of table {owner.table} ({owner.where}) and of table "
-                f"{t.table}, and one tombstone table serves one target: set "
-                f"{t.where}.tombstone_table to another name"
-            )
 
 
 def ensure_tombstones(

@@ -7,6 +7,7 @@ The rest is made to mean what the config says elsewhere: the engine pins the ses
 (engine.py), and every upsert assigns each key and ``keep`` column to itself
 (upsert.py). What is left here is what no statement can repair:
 
+- a stream column the table lacks (without ``mysql.auto_evolve``);
 - a column the config names (key, merge, version, CDC op and order) that the stream
   lacks: a version guard or a merge policy would silently not apply;
 - a key or ``keep`` column MySQL updates by itself (``ON UPDATE CURRENT_TIMESTAMP``):
@@ -30,6 +31,7 @@ from sqlalchemy import Connection
 
 from wal_sink.config import Config, Target
 from wal_sink.errors import ConfigError
+from wal_sink.mysql.table_ddl import table_columns
 from wal_sink.mysql.target_profile import TargetProfile, read_profile
 from wal_sink.mysql.trigger_writes import assignments
 from wal_sink.mysql.unique_keys import refuse_unique_conflicts
@@ -54,6 +56,22 @@ def check_writes(
         _refuse_rewriting_triggers(conn, profile, written)
     refuse_unique_conflicts(conn, target, profile, written)
     return profile
+
+
+def refuse_lacking(
+    conn: Connection, config: Config, target: Target, received: list[str]
+) -> None:
+    """Refuse a stream column ``target`` receives and does not have (before, the
+    first batch failed to apply); names compare ignoring case."""
+    op = config.cdc.op_column.lower() if config.cdc else None
+    have = {c.lower() for c in table_columns(conn, target.table)}
+    lacking = [c for c in received if c.lower() not in have | {op}]
+    if lacking:
+        raise ConfigError(
+            f"stream column {lacking[0]!r} is not a column of table "
+            f"{target.table}: add it to the table, leave it out of the stream "
+            "([transform]), or set mysql.auto_evolve = true"
+        )
 
 
 def refuse_missing_named(

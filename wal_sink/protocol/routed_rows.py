@@ -26,7 +26,7 @@ memory stays bounded whatever the batch's size. Rows set aside keep their route,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -40,13 +40,13 @@ from wal_sink.config.spelling import (
     spelled_config,
     spelled_target,
 )
-from wal_sink.errors import ConfigError
 from wal_sink.mysql.acks import TableCounts
 from wal_sink.mysql.row_screen import row_record
 from wal_sink.mysql.table_order import parents_first
 from wal_sink.mysql.target_profile import read_columns
 from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
 from wal_sink.protocol.chunk_path import AppliedRows
+from wal_sink.protocol.table_columns import in_spelling, renamed, tables_columns
 from wal_sink.wal.model import StagedBatch
 from wal_sink.wal.quarantine import Entry
 from wal_sink.wal.reader import WalReader
@@ -142,7 +142,7 @@ class BatchRows:
             refuse_twins(stream, table)
             stream = [spelling.of(c) for c in stream]
         return self.appliers[table].apply_chunks(
-            conn, _in_spelling(chunks, spelling, table), total, on_chunk, stream
+            conn, in_spelling(chunks, spelling, table), total, on_chunk, stream
         )
 
     def close(self) -> None:
@@ -192,7 +192,7 @@ class BatchRows:
         given = read
 
         def read() -> Iterator[pa.RecordBatch]:  # the op and route as configured
-            return (_renamed(chunk, self._ours) for chunk in given())
+            return (renamed(chunk, self._ours) for chunk in given())
 
         counts = _Counts()
         run: _Run | None = None
@@ -290,7 +290,7 @@ class BatchRows:
             applied = applier.apply_chunks(
                 conn,
                 (
-                    _renamed(
+                    renamed(
                         p.select(self._taken(p.schema.names, stream, table)), spelling
                     )
                     for p in parts
@@ -392,73 +392,3 @@ def _named(config: Config, target: Target) -> tuple[object, ...]:
     """The names an applier holds of the config's."""
     order = config.cdc.order_by if config.cdc else None
     return target.key, target.merge, target.version_column, target.columns, order
-
-
-def _renamed(chunk: pa.RecordBatch, spelling: Spelling) -> pa.RecordBatch:
-    """``chunk`` with the columns ``spelling`` has named as it spells them."""
-    names = [spelling.of(n) for n in chunk.schema.names]
-    return chunk if names == chunk.schema.names else chunk.rename_columns(names)
-
-
-def _in_spelling(
-    chunks: Iterator[pa.RecordBatch], spelling: Spelling, table: str
-) -> Iterator[pa.RecordBatch]:
-    """``chunks`` of ``table``'s rows in its spelling; two columns equal but for
-    case refused."""
-    for chunk in chunks:
-        refuse_twins(chunk.schema.names, table)
-        yield _renamed(chunk, spelling)
-
-
-def tables_columns(
-    config: Config,
-    have: dict[str, Collection[str]],
-    names: Sequence[str],
-    stream: Sequence[str] | None = None,
-) -> dict[str, list[str]]:
-    """The columns each target table takes of ``names``: its ``columns``, or the
-    stream's columns it has (``have``: each table's columns), with the CDC op
-    column. ``stream``, when ``names`` are only some of the stream's columns (a
-    quarantine retry's records), is what the checks hold to.
-
-    Raises:
-        ConfigError: a stream column no table takes (the route and op columns
-            excepted), a table's ``columns`` naming one the stream lacks, or a
-            stream without the route column or ``cdc.order_by``.
-    """
-    mysql, cdc = config.mysql, config.cdc
-    op = Spelling([cdc.op_column] if cdc else [])
-    whole = list(stream or names)
-    in_stream, in_names = Spelling(whole), Spelling(names)
-    for setting, column in [("mysql.route_column", mysql.route_column)] + (
-        [("cdc.order_by", cdc.order_by)] if cdc else []
-    ):
-        if column and column not in in_stream:
-            raise ConfigError(
-                f"{setting} names column {column!r}, which the stream does not have "
-                f"(its columns: {', '.join(whole)})"
-            )
-    columns = {}
-    for target in mysql.targets:
-        wanted = target.columns
-        if wanted is None:
-            has = Spelling(have[target.table])
-            wanted = [c for c in whole if c in has and c not in op]
-        missing = [c for c in wanted if c not in in_stream]
-        if missing:
-            raise ConfigError(
-                f"{target.where}.columns names column {missing[0]!r}, which the "
-                f"stream does not have (its columns: {', '.join(whole)})"
-            )
-        refuse_twins([c for c in whole if c in Spelling(wanted)], target.table)
-        received = [in_names.get(c) for c in [*wanted, *op]]
-        columns[target.table] = list(dict.fromkeys(c for c in received if c))
-    taken = Spelling(c for t in mysql.targets for c in (t.columns or have[t.table]))
-    stray = [c for c in whole if c not in taken and c not in op]
-    stray = [c for c in stray if c.lower() != (mysql.route_column or "").lower()]
-    if stray:
-        raise ConfigError(
-            f"stream column {stray[0]!r} belongs to no table of mysql.tables: leave "
-            "it out of the stream, add it to a table, or name it in a table's columns"
-        )
-    return columns

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, Target
@@ -27,17 +27,19 @@ from wal_sink.mysql.table_ddl import table_columns
 from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.target_profile import read_profile
-from wal_sink.mysql.tombstones import ensure_tombstones, refuse_shared
+from wal_sink.mysql.tombstone_checks import refuse_shared
+from wal_sink.mysql.tombstones import ensure_tombstones
 from wal_sink.mysql.value_fit import Fit, roles_of, say_warnings, table_fit
-from wal_sink.mysql.write_checks import check_writes
+from wal_sink.mysql.write_checks import check_writes, refuse_lacking
 from wal_sink.protocol.committer import CommitResult, Committer
 from wal_sink.protocol.parts import SinkParts
 from wal_sink.protocol.pipeline import Applied, Pipeline
 from wal_sink.protocol.quarantine_counts import quarantine_counts
 from wal_sink.protocol.recovery import KnownBatches, known_batches, recover
 from wal_sink.protocol.retry import within_budget
-from wal_sink.protocol.routed_rows import BatchRows, tables_columns
+from wal_sink.protocol.routed_rows import BatchRows
 from wal_sink.protocol.stop_signal import StopSignal
+from wal_sink.protocol.table_columns import tables_columns
 from wal_sink.protocol.target_ddl import WalSchemaDdl, prepare_targets
 from wal_sink.wal.conditional_put import check_conditional_put
 from wal_sink.wal.ownership import QUARANTINE, WAL, adopt
@@ -124,7 +126,7 @@ class SinkInstance:
             received = self._received(columns)
             with self.engine.connect() as conn:
                 for target in self.config.mysql.targets:
-                    self._refuse_lacking(conn, target, received[target.table])
+                    refuse_lacking(conn, self.config, target, received[target.table])
                     check_writes(conn, self.config, target, received[target.table])
         except DBAPIError as e:
             if not is_transient(e):
@@ -256,21 +258,6 @@ class SinkInstance:
             prepare_targets(self.engine, self.config, schema)
         except DBAPIError as e:
             raise mysql_error(e, sink_id=self.sink_id) from e
-
-    def _refuse_lacking(
-        self, conn: Connection, target: Target, received: list[str]
-    ) -> None:
-        """Refuse a stream column ``target`` receives and does not have (before,
-        the first batch failed to apply)."""
-        op = self.config.cdc.op_column.lower() if self.config.cdc else None
-        have = {c.lower() for c in table_columns(conn, target.table)}
-        lacking = [c for c in received if c.lower() not in have | {op}]
-        if lacking:
-            raise ConfigError(
-                f"stream column {lacking[0]!r} is not a column of table "
-                f"{target.table}: add it to the table, leave it out of the stream "
-                "([transform]), or set mysql.auto_evolve = true"
-            )
 
     def _to_create(self) -> set[str]:
         """Targets that do not exist yet and ``mysql.auto_create`` will make from
