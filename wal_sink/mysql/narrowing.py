@@ -46,6 +46,8 @@ TEXTS = frozenset(
     {"varchar", "tinytext", "text", "mediumtext", "longtext", "json", "char", "enum"}
 )
 BLOBS = frozenset({"varbinary", "tinyblob", "blob", "mediumblob", "longblob", "binary"})
+SPARK_FSP = 6
+"""Digits of a second Spark's timestamps have."""
 DOUBLE_DIGITS = 15
 """Significant decimal digits every DOUBLE holds exactly."""
 FLOAT_DIGITS = 6
@@ -244,11 +246,13 @@ def _timestamps(kind: pa.DataType, col: _Column) -> object:
     if not pa.types.is_timestamp(kind):
         return _NEXT
     per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[kind.unit]
+    # Spark's timestamps are microseconds (an INT96 file reads as nanoseconds)
+    digits = min(len(str(per_second)) - 1, SPARK_FSP)
     if col.type in ("datetime", "timestamp"):
         fsp = col.number(0)
-        step = per_second // 10 ** min(fsp, 6) if 10**fsp < per_second else 1
-        if step == 1:
+        if fsp >= digits:
             return None
+        step = per_second // 10**fsp
         return col.narrowing(
             kind,
             "drops fractions of a second" + (f" beyond {fsp} digits" if fsp else ""),
@@ -289,14 +293,11 @@ def _texts(kind: pa.DataType, col: _Column) -> object:
             key_safe=col.pads,
         )
     if col.type == "enum":
-        members = pa.array(col.members, pa.string())
         return col.narrowing(
             kind,
             "takes a member that differs in case or trailing spaces",
             "the stream's values as members, exactly",
-            lambda values: kept_null(
-                values, pc.invert(pc.is_in(values.cast(pa.string()), members))
-            ),
+            _other_member(col),
         )
     form = _text_form(col)
     if form is None:
@@ -342,6 +343,29 @@ RULES = (
     _binaries,
     _nested,
 )
+
+
+def _other_member(col: _Column) -> Check:
+    """Values an ENUM stores as another member: equal to one under its collation
+    (trailing spaces, and case where it ignores case), not one exactly. A value
+    equal to none is an error instead."""
+    exact = pa.array(col.members, pa.string())
+    ignores_case = not (col.facts.collation or "").endswith("_bin")
+
+    def fold(values: pa.Array) -> pa.Array:
+        trimmed = pc.utf8_rtrim(values, characters=" ")
+        return pc.utf8_lower(trimmed) if ignores_case else trimmed
+
+    folded = fold(exact)
+
+    def check(values: pa.Array) -> pa.Array:
+        values = values.cast(pa.string())
+        other = pc.and_(
+            pc.invert(pc.is_in(values, exact)), pc.is_in(fold(values), folded)
+        )
+        return kept_null(values, other)
+
+    return check
 
 
 def _text_form(col: _Column) -> tuple[str, str] | None:
