@@ -63,6 +63,34 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+
+@dataclass(frozen=True)
+class ModeRule:
+    """A merge mode's rule in the model (docs/merge.md, "Per record"), one per
+    mode ``wal_sink`` has (merge/modes.py; tests/unit/test_reference_model.py holds
+    the names equal)."""
+
+    merged: Any
+    """(stored, value, newer) -> the column's value after the upsert."""
+    sums: bool = False
+    """The result comes from the stored value: its range is judged, not the
+    record's value (which must still land as sent)."""
+    never_changes: bool = False
+    """A column MySQL changes by itself (ON UPDATE) is refused."""
+
+
+MODE_RULES = {
+    "overwrite": ModeRule(lambda stored, value, newer: value if newer else stored),
+    "add": ModeRule(
+        lambda stored, value, newer: (
+            stored if value is None else value if stored is None else stored + value
+        ),
+        sums=True,
+    ),
+    "keep": ModeRule(lambda stored, value, newer: stored, never_changes=True),
+}
+
+
 APPLIED = "applied"
 DELETED = "deleted"
 QUARANTINED = "quarantined"
@@ -236,8 +264,8 @@ class Sink:
     """Columns the config spells otherwise than the table: (table's, config's).
     MySQL's column names are case-insensitive, and so are the sink's."""
 
-    def policy(self, column: str) -> str:
-        return dict(self.merge).get(column, "overwrite")
+    def rule(self, column: str) -> ModeRule:
+        return MODE_RULES[dict(self.merge).get(column, "overwrite")]
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -371,7 +399,7 @@ class ReferenceModel:
         absent = [c for c in named if c not in sink.stream]
         if absent:
             found.append(f"named column(s) absent from the stream: {absent}")
-        keep = [c for c in sink.written if sink.policy(c) == "keep"]
+        keep = [c for c in sink.written if sink.rule(c).never_changes]
         on_update = [c for c in (*sink.key, *keep) if target.column(c).on_update]
         if on_update:
             found.append(f"key or keep column(s) with ON UPDATE: {on_update}")
@@ -657,7 +685,7 @@ class ReferenceModel:
                     found.add(NULL)
             elif isinstance(value, float) and not math.isfinite(value):
                 found.add(NOT_FINITE)
-            elif not (stored is not None and sink.policy(name) == "add") and not (
+            elif not (stored is not None and sink.rule(name).sums) and not (
                 column.fits(value)
             ):
                 found.add(RANGE)
@@ -709,16 +737,15 @@ class ReferenceModel:
         for name in sink.written:
             if name in sink.key:
                 continue
-            value, policy = record.get(name), sink.policy(name)
-            if policy == "add":
-                if value is None:
-                    continue
-                total = value if stored.get(name) is None else stored[name] + value
-                if not self.target.column(name).fits(total):
-                    return None
-                new[name] = total
-            elif policy == "overwrite" and newer:
-                new[name] = value
+            rule = sink.rule(name)
+            new[name] = rule.merged(stored.get(name), record.get(name), newer)
+            total = new[name]
+            if (
+                rule.sums
+                and total is not None
+                and not self.target.column(name).fits(total)
+            ):
+                return None
         return new
 
     def _refused_by_constraints(
@@ -804,10 +831,8 @@ class ReferenceModel:
         new = dict(stored or {"uid": uid, "w": None})
         new["rid"], new["ref"] = record.get("rid"), record.get("ref")
         w = record.get("w")
-        if sink.routed.w_policy == "overwrite" or stored is None:
-            new["w"] = w
-        elif w is not None:
-            new["w"] = w if stored["w"] is None else stored["w"] + w
+        rule = MODE_RULES[sink.routed.w_policy]
+        new["w"] = w if stored is None else rule.merged(stored["w"], w, True)
         changed = stored is None or stored["ref"] != new["ref"]
         if new["ref"] is not None and changed and self._refs(new) not in self.rows:
             return QUARANTINED, {PARENT}  # no t row of that key (1452)

@@ -26,7 +26,7 @@ TABLE = Table(
 )
 MYSQL = MysqlConfig(
     url="mysql+pymysql://u@h/d", table="totals", key=("k",), merge={"amount": "add"}
-)
+).target
 COLUMNS = ["k", "amount", "ratio"]
 MULTI = MultiRowUpsert(
     dialect_connection(), build_upsert(TABLE, COLUMNS, MYSQL), COLUMNS

@@ -21,7 +21,7 @@ TABLE = Table(
 )
 MYSQL = MysqlConfig(
     url="mysql+pymysql://u@h/d", table="totals", key=("k",), merge={"amount": "add"}
-)
+).target
 
 
 @pytest.mark.parametrize("server", [(10, 11, 0), (8, 0, 36)])

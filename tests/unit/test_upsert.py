@@ -21,7 +21,9 @@ TABLE = Table(
 
 
 def config(**kw):
-    return MysqlConfig(url="mysql+pymysql://u@h/d", table="totals", key=("org",), **kw)
+    return MysqlConfig(
+        url="mysql+pymysql://u@h/d", table="totals", key=("org",), **kw
+    ).target
 
 
 def render(stmt, server_version):
@@ -82,7 +84,7 @@ def test_update_reaching_a_row_of_another_key_fails_the_statement(server):
         Column("b", String(8)),
         Column("v", String(8)),
     )
-    cfg = MysqlConfig(url="mysql+pymysql://u@h/d", table="t2", key=("a", "b"))
+    cfg = MysqlConfig(url="mysql+pymysql://u@h/d", table="t2", key=("a", "b")).target
     sql = render(build_upsert(two_keys, ["a", "b", "v"], cfg), server)
     new = "new." if server[0] == 8 else "VALUES("
     close = "" if server[0] == 8 else ")"

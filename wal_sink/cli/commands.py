@@ -195,11 +195,11 @@ def replay(
             )
         if plan.missing:
             out.print(f"not in the WAL (never staged or purged): {ids(plan.missing)}")
-        if plan.re_adds:
+        if plan.changes_again:
             warning = (
                 f"batch(es) {ids(plan.reapplied_acked)} are already applied: "
-                f"replaying adds their values to {', '.join(plan.add_columns)} "
-                "AGAIN"
+                f"replaying changes {', '.join(plan.changing_columns)} AGAIN "
+                "(their merge mode adds up what is applied)"
             )
             err.print(f"warning: {warning}")
             if not dry_run and not yes and not click.confirm("Continue?", err=True):

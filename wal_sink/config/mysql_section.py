@@ -40,7 +40,8 @@ class MysqlConfig:
     key: Key | None = None
     """Columns of the target's PRIMARY KEY or a UNIQUE key (the single-table form)."""
     merge: dict[Identifier, Policy] = Field(default_factory=dict)
-    """Per-column policy: overwrite (default) | add | keep."""
+    """Per-column merge mode, by name (docs/merge.md, "Per record"); overwrite
+    where none is given."""
     version_column: Identifier | None = None
     """Rows update overwrite columns only when their version is >= the stored one."""
     unique_conflicts: Conflicts = "refuse"

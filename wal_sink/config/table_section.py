@@ -12,9 +12,10 @@ from pydantic import BeforeValidator, Field, model_validator
 from pydantic.dataclasses import dataclass
 
 from wal_sink.config.values import SECTION, Identifier, Text
+from wal_sink.merge.modes import DEFAULT, MODES, MergeMode
 
 TOMBSTONE_SUFFIX = "_tombstones"
-Policy = Literal["overwrite", "add", "keep"]
+Policy = Literal[tuple(MODES)]  # type: ignore[valid-type]
 Conflicts = Literal["refuse", "quarantine"]
 
 
@@ -32,7 +33,8 @@ class TableConfig:
     key: Key
     """Columns of the table's PRIMARY KEY or a UNIQUE key."""
     merge: dict[Identifier, Policy] = Field(default_factory=dict)
-    """Per-column policy: overwrite (default) | add | keep."""
+    """Per-column merge mode, by name (docs/merge.md, "Per record"); overwrite
+    where none is given."""
     version_column: Identifier | None = None
     """Rows update overwrite columns only when their version is >= the stored one."""
     unique_conflicts: Conflicts = "refuse"
@@ -97,5 +99,6 @@ class Target:
         """The tombstone table's name (used with [cdc] and a version column)."""
         return self.tombstone_table or f"{self.table}{TOMBSTONE_SUFFIX}"
 
-    def policy(self, column: str) -> str:
-        return self.merge.get(column, "overwrite")
+    def mode(self, column: str) -> MergeMode:
+        """The column's merge mode."""
+        return MODES[self.merge.get(column, DEFAULT)]

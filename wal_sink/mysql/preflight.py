@@ -84,12 +84,6 @@ def _check_columns(mysql: Target, target: Table) -> None:
                     f"{where}: column {column!r} does not exist in "
                     f"table {target.name!r}"
                 )
-    for column, policy in mysql.merge.items():
-        if policy == "add" and not isinstance(target.c[column].type, NUMBERS):
-            raise ConfigError(
-                f"{at}.merge.{column} is 'add' but column {column!r} of "
-                f"{target.name!r} is {target.c[column].type}, not numeric"
-            )
     if mysql.version_column:
         kind = target.c[mysql.version_column].type
         if not isinstance(kind, (*NUMBERS, DateTime, Date, Time)):

@@ -1,5 +1,6 @@
-"""SQL for the merge semantics (docs/merge.md): overwrite, add, keep, the version
-guard, the guard against reaching another row, and CDC deletes.
+"""SQL for the merge semantics (docs/merge.md): the merge modes' assignments
+(merge/modes.py), the version guard, the guard against reaching another row, and
+CDC deletes.
 
 Statements are SQLAlchemy Core objects executed with bound parameters, so identifiers
 are quoted by SQLAlchemy and the dialect decides how to name the incoming row
@@ -79,16 +80,15 @@ def update_assignments(
     """The ON DUPLICATE KEY UPDATE list; ``new`` names the incoming row.
 
     The first assignment fails the statement when the row reached has another key
-    (the module docstring says why). Every key column and every ``keep`` column the
-    stream writes is assigned to itself: a column MySQL updates by itself (``ON
-    UPDATE CURRENT_TIMESTAMP``) keeps its value when the statement assigns it, so
-    "never changed" holds whatever the table says. ``add`` columns add the incoming
-    value (a NULL adds nothing; a NULL total becomes the value), ``overwrite``
-    columns take it — guarded by the version column when one is configured. The
-    version column is assigned last: MySQL evaluates the assignments left to right
-    and later ones see earlier results. A ``DATETIME`` column with ``ON UPDATE
-    CURRENT_TIMESTAMP`` the stream does not write is assigned right after the keys
-    (server_clock.py).
+    (the module docstring says why). Every key column is assigned to itself: a
+    column MySQL updates by itself (``ON UPDATE CURRENT_TIMESTAMP``) keeps its
+    value when the statement assigns it, so "never changed" holds whatever the
+    table says. Every other column the stream writes gets its merge mode's
+    assignment (merge/modes.py), given the version guard when a version column is
+    configured. The version column is assigned last: MySQL evaluates the
+    assignments left to right and later ones see earlier results. A ``DATETIME``
+    column with ``ON UPDATE CURRENT_TIMESTAMP`` the stream does not write is
+    assigned right after the keys (server_clock.py).
     """
     _check_columns(table, columns, mysql)
     first_key = mysql.key[0]
@@ -106,17 +106,8 @@ def update_assignments(
     for name in columns:
         if name in mysql.key or name == version:
             continue
-        policy = mysql.merge.get(name, "overwrite")
-        if policy == "keep":
-            value = table.c[name]
-        elif policy == "add":
-            stored = table.c[name]
-            value = func.coalesce(stored + new[name], stored, new[name])
-        elif newer is not None:
-            value = case((newer, new[name]), else_=table.c[name])
-        else:
-            value = new[name]
-        assignments.append((name, value))
+        mode = mysql.mode(name)
+        assignments.append((name, mode.assignment(table.c[name], new[name], newer)))
     if version:
         assignments.append(
             (version, case((newer, new[version]), else_=table.c[version]))

@@ -31,6 +31,7 @@ from sqlalchemy import Connection
 
 from wal_sink.config import Config, Target
 from wal_sink.errors import ConfigError
+from wal_sink.merge.modes import changes_by_itself
 from wal_sink.mysql.table_ddl import table_columns
 from wal_sink.mysql.target_profile import TargetProfile, read_profile
 from wal_sink.mysql.trigger_writes import assignments
@@ -48,7 +49,7 @@ def check_writes(
         refuse_missing_named(config, target, columns)
     profile = read_profile(conn, target.table)
     written = [c for c in columns if not config.cdc or c != config.cdc.op_column]
-    _refuse_self_updating(profile, target)
+    _refuse_by_role(profile, target)
     if written:
         _refuse_computed(profile, written)
         _refuse_unfilled(profile, written)
@@ -100,21 +101,22 @@ def refuse_missing_named(
             )
 
 
-def _refuse_self_updating(profile: TargetProfile, target: Target) -> None:
-    keep = [c for c, p in target.merge.items() if p == "keep"]
-    roles = [(k, "a key column", "") for k in target.key] + [
-        (c, f"a keep column ({target.where}.merge)", ", or let the stream overwrite it")
-        for c in keep
-    ]
-    for column, role, or_else in roles:
-        facts = profile.column(column)
+def _refuse_by_role(profile: TargetProfile, target: Target) -> None:
+    """A key column MySQL changes by itself, and a column its merge mode cannot
+    work on (merge/modes.py), are refused."""
+    for key in target.key:
+        facts = profile.column(key)
         if facts is not None and facts.on_update:
             raise ConfigError(
-                f"column {facts.name} of table {profile.table} is {role} but has "
-                f"{facts.extra.upper()}: any update of the row, another writer's "
-                f"too, changes it. Drop that clause (ALTER TABLE … MODIFY "
-                f"{facts.name} …){or_else}"
+                changes_by_itself(facts, profile.table, "a key column", "")
             )
+    for column in target.merge:
+        facts = profile.column(column)
+        refusal = facts and target.mode(column).refusal(
+            facts, target.where, profile.table
+        )
+        if refusal:
+            raise ConfigError(refusal)
 
 
 def _refuse_computed(profile: TargetProfile, written: list[str]) -> None:

@@ -30,13 +30,14 @@ class ReplayPlan:
     reapplied_acked: tuple[int, ...]
     """Acked batches applied again (--force)."""
     rows: int
-    add_columns: tuple[str, ...]
-    """The target's ``add`` columns."""
+    changing_columns: tuple[str, ...]
+    """The targets' columns whose merge mode changes them again when an acked batch
+    is applied again (``add``: merge/modes.py)."""
 
     @property
-    def re_adds(self) -> bool:
-        """True when acked batches are re-applied into ``add`` columns."""
-        return bool(self.add_columns and self.reapplied_acked)
+    def changes_again(self) -> bool:
+        """True when acked batches are re-applied into ``changing_columns``."""
+        return bool(self.changing_columns and self.reapplied_acked)
 
 
 def plan_replay(
@@ -64,11 +65,11 @@ def plan_replay(
     wanted = range(first, last + 1)
     in_wal = [b for b in wanted if b in staged]
     apply = tuple(b for b in in_wal if force or b not in acked)
-    add_columns = tuple(
+    changing = tuple(
         c
         for t in instance.config.mysql.targets
-        for c, p in t.merge.items()
-        if p == "add"
+        for c in t.merge
+        if t.mode(c).reapplying_changes
     )
     return ReplayPlan(
         apply=apply,
@@ -76,7 +77,7 @@ def plan_replay(
         missing=tuple(b for b in wanted if b not in staged),
         reapplied_acked=tuple(b for b in apply if b in acked),
         rows=sum(staged[b].rows for b in apply),
-        add_columns=add_columns,
+        changing_columns=changing,
     )
 
 

@@ -290,9 +290,7 @@ class RowApplier:
         unsigned_adds = tuple(
             c
             for c in columns
-            if mysql.merge.get(c) == "add"
-            and (facts := profile.column(c)) is not None
-            and facts.unsigned
+            if (facts := profile.column(c)) is not None and mysql.mode(c).by_key(facts)
         )
         multi = loader = None
         if not cdc:

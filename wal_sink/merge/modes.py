@@ -1,0 +1,141 @@
+"""Merge modes: what an upsert of a key that has a row does to one of its columns
+(docs/merge.md, "Per record"). A mode is one object owning everything that differs
+between modes:
+
+- its SQL: the column's assignment in ``ON DUPLICATE KEY UPDATE``;
+- its start-up check: a column it cannot work on is refused (one line, exit 2);
+- whether a record goes by key (an UPDATE) for a value the INSERT cannot carry;
+- its replay rule: whether applying an acked batch again changes the column.
+
+The reference model (tests/reference_model.py, plain Python by design) keeps its own
+rule per mode, and a unit test holds its names to ``MODES``: adding a mode is adding
+an object here, its rule there, its tests and its row in docs/merge.md.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+from sqlalchemy import ColumnElement, case, func
+
+NUMERIC_TYPES = frozenset(
+    "tinyint smallint mediumint int integer bigint decimal numeric float double "
+    "real".split()
+)
+
+
+class ColumnShape(Protocol):
+    """What a mode's start-up check reads of a target column (the MySQL side's
+    ``ColumnFacts``)."""
+
+    name: str
+    data_type: str
+    column_type: str
+    extra: str
+
+    @property
+    def on_update(self) -> bool: ...
+
+    @property
+    def unsigned(self) -> bool: ...
+
+
+class MergeMode:
+    """One mode; subclasses override what differs from ``overwrite``."""
+
+    name: ClassVar[str]
+    reapplying_changes: ClassVar[bool] = False
+    """Applying an acked batch again (a forced replay) changes the column: the CLI
+    warns and asks first."""
+
+    def assignment(
+        self,
+        stored: ColumnElement,
+        new: ColumnElement,
+        newer: ColumnElement[bool] | None,
+    ) -> ColumnElement:
+        """The column's value after the upsert, from its ``stored`` value and the
+        record's ``new`` one; ``newer`` is the version guard (None: no version)."""
+        raise NotImplementedError
+
+    def refusal(self, column: ColumnShape, where: str, table: str) -> str | None:
+        """Why the mode cannot work on ``column`` of ``table`` (``where`` names the
+        config section); None when it can."""
+        return None
+
+    def by_key(self, column: ColumnShape) -> bool:
+        """Whether a record whose value is negative goes by key (an UPDATE): the
+        INSERT of ``INSERT … ON DUPLICATE KEY UPDATE`` cannot carry it although the
+        assignment's result fits."""
+        return False
+
+
+class Overwrite(MergeMode):
+    """The record's value, when its version is at or above the stored one."""
+
+    name = "overwrite"
+
+    def assignment(self, stored, new, newer):
+        return new if newer is None else case((newer, new), else_=stored)
+
+
+class Add(MergeMode):
+    """A running total: the stored value plus the record's, whatever the versions
+    (the ack makes each apply add once); a NULL adds nothing, a NULL total becomes
+    the record's value."""
+
+    name = "add"
+    reapplying_changes = True
+
+    def assignment(self, stored, new, newer):
+        return func.coalesce(stored + new, stored, new)
+
+    def refusal(self, column, where, table):
+        if column.data_type in NUMERIC_TYPES:
+            return None
+        return (
+            f"{where}.merge.{column.name} is 'add' but column {column.name!r} of "
+            f"{table!r} is {column.column_type.upper()}, not numeric"
+        )
+
+    def by_key(self, column):
+        # An UNSIGNED column refuses a negative amount in the INSERT's values, even
+        # though the sum it adds to stays in range.
+        return column.unsigned
+
+
+class Keep(MergeMode):
+    """The stored value: the first one inserted stays."""
+
+    name = "keep"
+
+    def assignment(self, stored, new, newer):
+        # Assigned to itself, so an ON UPDATE clause of the column cannot change it
+        # either: MySQL leaves a column the statement assigns alone.
+        return stored
+
+    def refusal(self, column, where, table):
+        if not column.on_update:
+            return None
+        return changes_by_itself(
+            column,
+            table,
+            f"a keep column ({where}.merge)",
+            ", or let the stream overwrite it",
+        )
+
+
+def changes_by_itself(column: ColumnShape, table: str, role: str, or_else: str) -> str:
+    """The refusal of a column MySQL changes on any update of its row (``ON
+    UPDATE``) in a ``role`` that must never change."""
+    return (
+        f"column {column.name} of table {table} is {role} but has "
+        f"{column.extra.upper()}: any update of the row, another writer's too, "
+        f"changes it. Drop that clause (ALTER TABLE … MODIFY {column.name} …)"
+        f"{or_else}"
+    )
+
+
+DEFAULT = "overwrite"
+MODES: dict[str, MergeMode] = {m.name: m for m in (Overwrite(), Add(), Keep())}
+"""Every mode, by the name ``mysql.merge`` gives it."""
