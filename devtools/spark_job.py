@@ -44,13 +44,24 @@ class JobProcess:
         submit_args: tuple[str, ...] = (),
         code: Path | None = None,
     ) -> None:
+        self._start(
+            [SPARK_SUBMIT, *submit_args, str((code or REPO) / JOB)]
+            + ["-c", str(config), *args],
+            log,
+            env or job_env(),
+            REPO,
+        )
+
+    def _start(
+        self, argv: list[str], log: Path, env: dict[str, str], cwd: Path
+    ) -> None:
+        """Run ``argv`` in a process group of its own, reaped with the jobs."""
         self.log = log
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
-                [SPARK_SUBMIT, *submit_args, str((code or REPO) / JOB)]
-                + ["-c", str(config), *args],
-                cwd=REPO,
-                env=env or job_env(),
+                argv,
+                cwd=cwd,
+                env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -1,7 +1,8 @@
 """Helpers shared by test modules (a test module never imports another one; the
 fixtures are conftest.py's): sink configs, the CLI, targets and their totals,
-landing files and streams, staging without a job, the spark-submit job and its
-kills, S3, the follower in a thread, and what the unit tests build without MySQL."""
+landing files and streams, staging without a job, the spark-submit job, pipeline
+runs and their kills, S3, the follower in a thread, and what the unit tests build
+without MySQL."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import pytest
 from sqlalchemy.dialects.mysql import pymysql
 
 from devtools.s3proxy import REGION
-from devtools.spark_job import JobProcess
+from devtools.spark_job import JobProcess, job_env
 from wal_sink.config import Config, load_config
 from wal_sink.faults import ENV, InjectedFault
 from wal_sink.protocol.follower import Follower
@@ -278,10 +279,11 @@ def arrive(
     files: int,
     pause: float,
     until: threading.Event | None = None,
+    key: str = "k",
 ) -> None:
     """Write JSON files of random amounts into ``landing``, each appearing whole (as
     sources should), ``files`` of them (and on until ``until`` is set, if given); add
-    them up in ``expected``."""
+    them up in ``expected``. Each row is ``{key: ..., "amount": ...}``."""
     i = 0
     while i < files or (until is not None and not until.is_set()):
         rows = [
@@ -290,7 +292,7 @@ def arrive(
         ]
         tmp = landing / f".f{i:03d}.tmp"
         tmp.write_text(
-            "".join(json.dumps({"k": k, "amount": str(a)}) + "\n" for k, a in rows)
+            "".join(json.dumps({key: k, "amount": str(a)}) + "\n" for k, a in rows)
         )
         tmp.rename(landing / f"f{i:03d}.json")
         for k, a in rows:
@@ -392,7 +394,7 @@ def crashed_attempt(spark, writer, batch_id, monkeypatch, wal: Path) -> set[Path
     return left
 
 
-# The spark-submit job, and the writer the crash tests kill.
+# The spark-submit job, pipeline runs, and the writer the crash tests kill.
 def started_until_applied(config: Path, log: Path, timeout: float = 180) -> JobProcess:
     """A streaming job run, returned once it has applied a batch of its own: its
     recovery is done and it is past its start (a "batch N applied: rows=" line in
@@ -412,6 +414,9 @@ def survive_kills_then_drain(
     feed: Callable[[threading.Event], None],
     rounds: int = 2,
     then_stop: bool = False,
+    *,
+    start: Callable[[], JobProcess] | None = None,
+    drain: Callable[[], JobProcess] | None = None,
 ) -> None:
     """While ``feed`` sends data, run the streaming job and SIGKILL it at a random
     moment after it applied its first batch, ``rounds`` times (and with
@@ -419,13 +424,18 @@ def survive_kills_then_drain(
     then drain with --available-now. ``feed`` sends its own minimum and goes on until
     the event it is given is set, after the last kill or stop: every one lands while
     data arrives, however slow the starts. (Waiting for the batch, not a fixed time,
-    spends no test time on a start that is quick.)"""
+    spends no test time on a start that is quick.)
+
+    ``start`` and ``drain`` run something else than the job: a run returned once it
+    is past its start, and the run that drains, which must exit 0."""
+    start = start or (lambda: started_until_applied(config, log))
+    drain = drain or (lambda: JobProcess(config, log, "--available-now"))
     killed = threading.Event()
     feeding = threading.Thread(target=feed, args=(killed,))
     feeding.start()
     try:
         for stop in ["kill"] * rounds + ["terminate"] * then_stop:
-            job = started_until_applied(config, log)
+            job = start()
             time.sleep(rng.uniform(0, 3))
             assert job.proc.poll() is None, job.tail()
             assert feeding.is_alive(), f"data stopped arriving before the {stop}"
@@ -436,8 +446,30 @@ def survive_kills_then_drain(
     finally:
         killed.set()
     feeding.join()
-    drain = JobProcess(config, log, "--available-now")
-    assert drain.wait() == 0, drain.tail()
+    last = drain()
+    assert last.wait() == 0, last.tail()
+
+
+SPARK_PIPELINES = str(Path(sys.executable).with_name("spark-pipelines"))
+
+
+class PipelineRun(JobProcess):
+    """``spark-pipelines SUBMIT_ARGS run --spec SPEC ARGS`` from the spec's
+    directory, as a job is run: one process group (the CLI's JVM, its Python, the
+    local Spark Connect server's JVM; the Python workers follow the JVM out), killed
+    like a job. The MySQL password stays out of its environment: the Spark side
+    never reaches MySQL."""
+
+    def __init__(
+        self, spec: Path, log: Path, *args: str, submit_args: tuple[str, ...] = ()
+    ) -> None:
+        env = {k: v for k, v in job_env().items() if not k.startswith("WAL_SINK_")}
+        self._start(
+            [SPARK_PIPELINES, *submit_args, "run", "--spec", str(spec), *args],
+            log,
+            env,
+            spec.parent,
+        )
 
 
 def quarantined_raw(tmp_path: Path, sink_id: str) -> list[str]:
