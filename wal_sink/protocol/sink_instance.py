@@ -307,6 +307,9 @@ class SinkInstance:
                 table = reflect_target(self.engine, target.table)
                 preflight(self.engine, config, target, table, received[target.table])
             self._checked_columns.add(frozenset(self.stream_columns))
+            staged = self.wal.stream_schema()
+            if staged is not None:  # refused before anything is written
+                self.check_types(staged)
             init_db(self.engine, config.mysql)
             ensure_tombstones(self.engine, config, targets)
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)

@@ -24,7 +24,6 @@ from wal_sink.errors import ConfigError
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.table_ddl import TablePlan, plan_table, run_plan, table_columns
 from wal_sink.mysql.tombstones import ensure_tombstones
-from wal_sink.wal.format import WAL_COLUMNS
 from wal_sink.wal.reader import WalReader
 
 log = logging.getLogger(__name__)
@@ -111,11 +110,9 @@ class WalSchemaDdl:
         mysql = self.config.mysql
         if not (mysql.auto_create or mysql.auto_evolve):
             return False
-        table = self.wal.table()
-        if table is None:
+        schema = self.wal.stream_schema()
+        if schema is None:
             return False
-        arrow = pa.schema(table.schema().to_arrow())
-        schema = pa.schema([f for f in arrow if f.name not in WAL_COLUMNS])
         if self._done is not None and self._done.equals(schema):
             return False
         try:

@@ -56,6 +56,15 @@ class WalReader:
             self._table = open_owned(self.path, self.storage, self.sink_id, WAL)
         return self._table
 
+    def stream_schema(self) -> pa.Schema | None:
+        """The stream's columns as staged: the WAL's schema without its own
+        columns; None while nothing was ever staged."""
+        table = self.table()
+        if table is None:
+            return None
+        arrow = pa.schema(table.schema().to_arrow())
+        return pa.schema([f for f in arrow if f.name not in WAL_COLUMNS])
+
     def refresh(self) -> None:
         if self._table is None:
             self.table()
