@@ -586,3 +586,16 @@ def config_dict(**overrides):
         else:
             raw[section] = value
     return raw
+
+
+def apply_staged(
+    config, schema: pa.Schema, *batches: list[dict], first: int = 0
+) -> list:
+    """Stage ``batches`` from batch ``first`` on and apply them as a start does."""
+    for i, rows in enumerate(batches):
+        stage_rows(config, first + i, rows, schema)
+    sink = SinkInstance(config)
+    try:
+        return sink.recover()
+    finally:
+        sink.close()

@@ -23,7 +23,8 @@ The model's rules, in the order a record meets them (``ReferenceModel._upsert`` 
   ``overwrite`` takes the new value, with a version column only when the stored
   version is NULL or the record's is non-NULL and >= it (the version column alike);
   ``add``: NULL changes nothing, else stored NULL becomes the value, else the sum;
-  ``keep`` never changes;
+  ``keep`` never changes; with ``ignore_null_updates`` a NULL keeps an
+  ``overwrite`` column's stored value (no fault for a NOT NULL column then);
 - a written foreign key whose parent is missing, a unique value another key's row
   holds (``unique_conflicts = "quarantine"``), a delete a RESTRICT child refuses:
   set aside, nothing of the record applied (a refused delete leaves no tombstone).
@@ -77,10 +78,22 @@ class ModeRule:
     record's value (which must still land as sent)."""
     never_changes: bool = False
     """A column MySQL changes by itself (ON UPDATE) is refused."""
+    keeps_nulls: bool = False
+    """A NULL keeps the stored value: it is no fault for a NOT NULL column when
+    the key has a row (a new key takes the NULL)."""
+    unless_null: ModeRule | None = None
+    """The rule under ``ignore_null_updates`` (None: this one)."""
 
 
+UNLESS_NULL = ModeRule(
+    lambda stored, value, newer: value if newer and value is not None else stored,
+    keeps_nulls=True,
+)
 MODE_RULES = {
-    "overwrite": ModeRule(lambda stored, value, newer: value if newer else stored),
+    "overwrite": ModeRule(
+        lambda stored, value, newer: value if newer else stored,
+        unless_null=UNLESS_NULL,
+    ),
     "add": ModeRule(
         lambda stored, value, newer: (
             stored if value is None else value if stored is None else stored + value
@@ -122,6 +135,7 @@ UNIQUE = "unique"  # another unique index holds the value
 ROUTE = "route"  # the route names no table
 VERSION = "version"  # a key or version the tombstones cannot hold
 WHOLE = "whole"  # quarantine-batch
+KEPT_NULL = "kept null"  # an effect: a NULL kept a stored value (ignore_nulls)
 REASONS = (NULL_KEY, NOT_FINITE, NULL, RANGE, NARROW, PARENT, CHILD, UNIQUE, ROUTE,
            VERSION, WHOLE)  # fmt: skip
 
@@ -263,9 +277,18 @@ class Sink:
     named: tuple[tuple[str, str], ...] = ()
     """Columns the config spells otherwise than the table: (table's, config's).
     MySQL's column names are case-insensitive, and so are the sink's."""
+    ignore_nulls: bool = False
+    """``ignore_null_updates`` (``t``'s): a NULL in an upsert keeps the stored
+    value of an overwrite column."""
 
     def rule(self, column: str) -> ModeRule:
-        return MODE_RULES[dict(self.merge).get(column, "overwrite")]
+        """The column's merge rule; with ``ignore_nulls`` a NULL keeps the stored
+        value of a column that is neither key nor version."""
+        rule = MODE_RULES[dict(self.merge).get(column, "overwrite")]
+        data = column not in self.key and column != self.version
+        if self.ignore_nulls and data and rule.unless_null is not None:
+            return rule.unless_null
+        return rule
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -374,6 +397,8 @@ class ReferenceModel:
         self.u_rows: dict[Any, dict[str, Any]] = {}
         """A routed sink's second table, by ``uid``."""
         self.state = {s.sink_id: SinkState() for s in sinks}
+        self.effects: Counter = Counter()
+        """What the merge did that a feature exists for (``KEPT_NULL``)."""
         self.owned = owned_columns(self)
         """The target columns the model holds: those a sink not refused writes."""
 
@@ -681,7 +706,8 @@ class ReferenceModel:
         for name in sink.written:
             column, value = self.target.column(name), record.get(name)
             if value is None:
-                if not column.nullable:
+                kept = stored is not None and sink.rule(name).keeps_nulls
+                if not column.nullable and not kept:
                     found.add(NULL)
             elif isinstance(value, float) and not math.isfinite(value):
                 found.add(NOT_FINITE)
@@ -739,6 +765,8 @@ class ReferenceModel:
                 continue
             rule = sink.rule(name)
             new[name] = rule.merged(stored.get(name), record.get(name), newer)
+            if rule.keeps_nulls and newer and record.get(name) is None:
+                self.effects[KEPT_NULL] += stored.get(name) is not None
             total = new[name]
             if (
                 rule.sums

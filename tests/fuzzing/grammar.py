@@ -62,6 +62,7 @@ FEATURES = (
     "case_names",  # the stream and the config spell columns in another case
     "datetime_now",  # DATETIME DEFAULT / ON UPDATE CURRENT_TIMESTAMP columns the
     # stream does not write, the server's time zone not UTC
+    "ignore_nulls",  # mysql.ignore_null_updates: a NULL keeps the stored value
 )
 REFUSALS = frozenset(
     {"missing_column", "missing_version", "narrow_key", "narrow_version",
@@ -76,7 +77,7 @@ GROUPS = (
     frozenset({"cdc", "version", "child", "unique_label", "triggers", "updated_at",
                "purge", "expiry"}),
     frozenset({"routed", "cdc", "version", "fk_parent", "add_null", "datetime_now",
-               "retry"}),
+               "retry", "ignore_nulls"}),
     frozenset({"varchar_key", "second_sink", "cdc", "version", "case_names",
                "replay", "crash", "child"}),
     frozenset({"compound", "ts_version", "version", "explicit_defaults_off",
@@ -92,7 +93,7 @@ GROUPS = (
     frozenset({"routed", "cdc", "version", "shared_tombstones"}),
     frozenset({"version", "missing_version", "second_sink", "case_names", "limits"}),
     frozenset({"auto_increment", "required", "missing_column", "second_sink",
-               "replay"}),
+               "replay", "ignore_nulls"}),
     frozenset({"cdc", "version", "ts_version", "limits"}),
 )  # fmt: skip
 """The fixed run's examples, one per group of features forced (others drawn):
@@ -471,6 +472,7 @@ def _sink(
         routed=routed,
         spelled=tuple(sorted(spelled.items())),
         named=tuple(sorted(named.items())),
+        ignore_nulls=d.feature("ignore_nulls", 0.25),
     )
 
 
@@ -605,6 +607,12 @@ def records(scenario: Scenario, sink: Sink) -> st.SearchStrategy[list[dict]]:
         return record
 
     record = st.fixed_dictionaries(fields).map(shaped)
+    data = sorted(set(written) - set(sink.key) - {sink.version})
+    if sink.ignore_nulls and data:  # half the records partial: NULLs for some
+        partial = st.tuples(record, st.sets(st.sampled_from(data), min_size=1)).map(
+            lambda drawn: {**drawn[0], **dict.fromkeys(drawn[1])}
+        )
+        record = st.one_of(record, partial)
     if sink.routed is not None:
         keep |= {"uid"}
         u_fields = {c: st.sampled_from(scenario.domain(c)) for c in ("uid", "ref", "w")}
@@ -633,6 +641,7 @@ def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
         "key": [name(k, k) for k in sink.key],
         "merge": {name(c, c): p for c, p in sink.merge},
         "unique_conflicts": sink.unique_conflicts,
+        "ignore_null_updates": sink.ignore_nulls,
         "retry_backoff": 0.02,
         "retry_backoff_max": 0.1,
         "outage_budget": 30,
@@ -641,7 +650,8 @@ def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
         mysql["version_column"] = name(sink.version, sink.version)
     if sink.routed is not None:
         del mysql["table"]
-        t = {k: mysql.pop(k) for k in ("key", "merge", "unique_conflicts")}
+        moved = ("key", "merge", "unique_conflicts", "ignore_null_updates")
+        t = {k: mysql.pop(k) for k in moved}
         if sink.version:
             t["version_column"] = mysql.pop("version_column")
         u: dict[str, Any] = {"key": ["uid"], "merge": {"w": sink.routed.w_policy}}

@@ -1,16 +1,18 @@
 """Fixtures of the integration tests beyond tests/conftest.py's: the S3 server and
-a bucket on it, the Kafka broker, and counts of the rows each Arrow-rendered path
-applied."""
+a bucket on it, the Kafka broker, counts of the rows each Arrow-rendered path
+applied, a module's tables made afresh and single-table configs."""
 
 from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 
 import pytest
 
 from devtools.kafka import KafkaBroker
 from devtools.s3proxy import S3Proxy
+from wal_sink.config import config_from_dict
 from wal_sink.mysql.bulk_load import BulkLoader
 from wal_sink.mysql.multi_row import MultiRowUpsert
 
@@ -60,3 +62,37 @@ def calls(monkeypatch) -> dict[str, int]:
 
         monkeypatch.setattr(cls, "apply", counting)
     return counts
+
+
+@pytest.fixture
+def fresh(db):
+    """Drop the module's tables; returns ``create(*ddl)``."""
+
+    def create(*ddl: str) -> None:
+        db.execute("SET FOREIGN_KEY_CHECKS = 0")
+        names = [r[0] for r in db.rows("SHOW TABLES")]
+        with db.connect() as conn, conn.cursor() as cur:
+            cur.execute("SET FOREIGN_KEY_CHECKS = 0")
+            for name in names:
+                cur.execute(f"DROP TABLE `{name}`")
+        for statement in ddl:
+            db.execute(statement)
+
+    return create
+
+
+@pytest.fixture
+def config(db, tmp_path):
+    """Factory of configs: ``config(table, key, sink="s1", **mysql, cdc=None)``."""
+
+    def make(table: str, key: list[str], sink: str = "s1", cdc=None, **mysql: Any):
+        raw: dict[str, Any] = {
+            "sink": {"id": sink},
+            "wal": {"path": str(tmp_path / f"wal_{sink}")},
+            "mysql": {"url": db.url, "table": table, "key": key, **mysql},
+        }
+        if cdc:
+            raw["cdc"] = cdc
+        return config_from_dict(raw, base_dir=tmp_path)
+
+    return make

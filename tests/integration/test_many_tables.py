@@ -109,6 +109,25 @@ def apply(config, *batches: list[dict]) -> SinkInstance:
     return sink
 
 
+def test_ignore_null_updates_is_each_tables_own(shop, config):
+    """customers keep their stored values for NULLs, orders take the NULLs (docs/
+    merge.md, "Partial updates")."""
+    tables = {
+        "customers": {"key": ["id"], "ignore_null_updates": True},
+        "orders": {"key": ["id"], "columns": ["id", "customer_id", "amount", "seq"]},
+    }
+    sink = apply(
+        config(tables=tables),
+        [
+            row("customers", id=1, name="ann", amount="5"),
+            row("orders", id=10, customer_id=1, amount="5"),
+        ],
+        [row("customers", id=1), row("orders", id=10, customer_id=1)],
+    )
+    sink.close()
+    assert shop() == ([(1, "ann", Decimal(5))], [(10, 1, None)])
+
+
 def test_a_child_row_before_its_new_parent_lands_with_it(shop, config):
     sink = apply(
         config(),

@@ -12,14 +12,13 @@ import subprocess
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from devtools.mariadb import SINK_PASSWORD
+from tests.helpers import apply_staged as apply
 from tests.helpers import server_default, stage_rows
-from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError, TerminalError
 from wal_sink.mysql.engine import SELECT_ANY, SESSION_SQL_MODE, make_engine
 from wal_sink.mysql.multi_row import MultiRowUpsert
@@ -29,51 +28,6 @@ from wal_sink.ops.quarantine_retry import plan_retry, run_retry
 from wal_sink.protocol.sink_instance import SinkInstance
 
 I64 = pa.int64()
-
-
-@pytest.fixture
-def fresh(db):
-    """Drop the module's tables; returns ``create(*ddl)``."""
-
-    def create(*ddl: str) -> None:
-        db.execute("SET FOREIGN_KEY_CHECKS = 0")
-        names = [r[0] for r in db.rows("SHOW TABLES")]
-        with db.connect() as conn, conn.cursor() as cur:
-            cur.execute("SET FOREIGN_KEY_CHECKS = 0")
-            for name in names:
-                cur.execute(f"DROP TABLE `{name}`")
-        for statement in ddl:
-            db.execute(statement)
-
-    return create
-
-
-@pytest.fixture
-def config(db, tmp_path):
-    """Factory of configs: ``config(table, key, sink="s1", **mysql, cdc=None)``."""
-
-    def make(table: str, key: list[str], sink: str = "s1", cdc=None, **mysql: Any):
-        raw: dict[str, Any] = {
-            "sink": {"id": sink},
-            "wal": {"path": str(tmp_path / f"wal_{sink}")},
-            "mysql": {"url": db.url, "table": table, "key": key, **mysql},
-        }
-        if cdc:
-            raw["cdc"] = cdc
-        return config_from_dict(raw, base_dir=tmp_path)
-
-    return make
-
-
-def apply(config, schema: pa.Schema, *batches: list[dict], first: int = 0) -> list:
-    """Stage ``batches`` from batch ``first`` on and apply them as a start does."""
-    for i, rows in enumerate(batches):
-        stage_rows(config, first + i, rows, schema)
-    sink = SinkInstance(config)
-    try:
-        return sink.recover()
-    finally:
-        sink.close()
 
 
 def refused_at_start(config, schema: pa.Schema) -> str:

@@ -106,7 +106,7 @@ class Ways:
     exception), the multi-row statements with a row MySQL rejects (``rejects``)."""
 
     def __init__(self, load_fails=None, rejects=False) -> None:
-        self.unsigned_adds = ()
+        self.by_key = ()
         self.tried: list[str] = []
         outer = self
 

@@ -11,7 +11,7 @@ from tests.helpers import config_dict
 from tests.reference_model import MODE_RULES
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError
-from wal_sink.merge.modes import MODES
+from wal_sink.merge.modes import MODES, NEGATIVE, NULL
 from wal_sink.mysql.target_profile import ColumnFacts
 
 MERGE_DOC = Path(__file__).parents[2] / "docs" / "merge.md"
@@ -66,7 +66,15 @@ def test_a_mode_refuses_only_columns_it_cannot_work_on(mode, column, refused):
     assert (said is None) if refused is None else (refused in said)
 
 
-def test_only_add_goes_by_key_and_only_into_unsigned_columns():
+def test_only_add_into_unsigned_and_a_kept_null_into_not_null_go_by_key():
     signed, unsigned = facts("int", "int(11)"), facts("int", "int(10) unsigned")
     assert [m.name for m in MODES.values() if m.by_key(unsigned)] == ["add"]
+    assert MODES["add"].by_key(unsigned) is NEGATIVE
     assert not any(m.by_key(signed) for m in MODES.values())
+    required = ColumnFacts("n", "int", "int(11)", False, None, "", False)
+    assert not any(m.by_key(required) for m in MODES.values())
+    unless_null = MODES["overwrite"].ignoring_nulls()
+    assert unless_null.by_key(required) is NULL and unless_null.by_key(signed) is None
+    assert [m.name for m in MODES.values() if m.ignoring_nulls() is not m] == [
+        "overwrite"
+    ]

@@ -10,6 +10,7 @@ import pytest
 
 from tests.reference_model import (
     APPLIED,
+    KEPT_NULL,
     QUARANTINED,
     SKIPPED,
     Ack,
@@ -407,3 +408,17 @@ def test_a_keys_tombstone_is_the_tables_and_expires_with_its_newest_deleter():
     model.purge("s1", before=0)
     assert model.tombstones == {}
     assert model.apply_record("s2", up(5, 1))[0] == APPLIED
+
+
+def test_ignore_nulls_keeps_stored_values_and_a_new_key_takes_its_nulls():
+    req = Column("req", "bigint", nullable=False, has_default=False)
+    model = ReferenceModel(
+        target(LABEL, N, req),
+        [sink(["id", "label", "n", "req"], [("n", "add")], ignore_nulls=True)],
+    )
+    run(model, [{"id": 1, "label": "a", "n": 1, "req": 1}])
+    run(model, [{"id": 1, "label": None, "n": None, "req": None}])
+    assert model.rows[(1,)] == {"id": 1, "label": "a", "n": 1, "req": 1}
+    assert model.effects[KEPT_NULL] == 2  # label and req; an add's NULL is no effect
+    run(model, [{"id": 2, "label": None, "n": None, "req": None}])
+    assert (2,) not in model.rows, "a new key's NULL for NOT NULL is set aside"

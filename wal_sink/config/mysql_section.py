@@ -44,6 +44,9 @@ class MysqlConfig:
     where none is given."""
     version_column: Identifier | None = None
     """Rows update overwrite columns only when their version is >= the stored one."""
+    ignore_null_updates: Annotated[bool, Field(strict=True)] = False
+    """A NULL in an upsert keeps the stored value of an overwrite column (a partial
+    update); a new key takes the NULL."""
     unique_conflicts: Conflicts = "refuse"
     """Another unique index the stream writes: refuse to start, or set aside records
     that would reach another row through it."""
@@ -122,6 +125,7 @@ class MysqlConfig:
                     None,
                     None,
                     "mysql",
+                    self.ignore_null_updates,
                 ),
             )
         return tuple(
@@ -135,6 +139,7 @@ class MysqlConfig:
                 t.columns,
                 t.route or name,
                 f"mysql.tables.{name}",
+                t.ignore_null_updates,
             )
             for name, t in self.tables.items()
         )
@@ -161,6 +166,7 @@ class MysqlConfig:
                 ("merge", self.merge),
                 ("version_column", self.version_column),
                 ("tombstone_table", self.tombstone_table),
+                ("ignore_null_updates", self.ignore_null_updates),
             )
             if v
         }

@@ -37,6 +37,9 @@ class TableConfig:
     where none is given."""
     version_column: Identifier | None = None
     """Rows update overwrite columns only when their version is >= the stored one."""
+    ignore_null_updates: Annotated[bool, Field(strict=True)] = False
+    """A NULL in an upsert keeps the stored value of an overwrite column (a partial
+    update); a new key takes the NULL."""
     unique_conflicts: Conflicts = "refuse"
     """Another unique index the stream writes: refuse to start, or set aside records
     that would reach another row through it."""
@@ -93,6 +96,7 @@ class Target:
     """The route value meaning it; None in the single-table form."""
     where: str
     """Where its settings are, for messages: ``mysql`` or ``mysql.tables.NAME``."""
+    ignore_null_updates: bool = False
 
     @property
     def tombstones(self) -> str:
@@ -100,5 +104,9 @@ class Target:
         return self.tombstone_table or f"{self.table}{TOMBSTONE_SUFFIX}"
 
     def mode(self, column: str) -> MergeMode:
-        """The column's merge mode."""
-        return MODES[self.merge.get(column, DEFAULT)]
+        """The column's merge mode (``ignore_null_updates`` changes only columns
+        that are neither key nor version: a NULL key is set aside, and a NULL
+        version follows the version guard)."""
+        mode = MODES[self.merge.get(column, DEFAULT)]
+        data = column not in self.key and column != self.version_column
+        return mode.ignoring_nulls() if self.ignore_null_updates and data else mode

@@ -14,8 +14,12 @@ an object here, its rule there, its tests and its row in docs/merge.md.
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import ColumnElement, case, func
 
 NUMERIC_TYPES = frozenset(
@@ -31,6 +35,7 @@ class ColumnShape(Protocol):
     name: str
     data_type: str
     column_type: str
+    nullable: bool
     extra: str
 
     @property
@@ -38,6 +43,41 @@ class ColumnShape(Protocol):
 
     @property
     def unsigned(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ByKey:
+    """Values of a column that the upsert's INSERT cannot carry although the
+    mode's assignment takes them: a record holding one goes by key (an UPDATE of
+    its key's row; upsert.build_update), and only a new key meets the INSERT."""
+
+    held: Callable[[Any], bool]
+    """Whether a row's value is one."""
+    in_chunk: Callable[[pa.Array], bool]
+    """Whether a chunk's column holds one (the chunk then goes row by row)."""
+    new_key: str | None = None
+    """Why a record holding one is set aside when its key has no row (None: the
+    upsert's INSERT judges it, as MySQL would)."""
+
+
+def _negative(column: pa.Array) -> bool:
+    lowest = pc.min(column).as_py()
+    return lowest is not None and lowest < 0
+
+
+NEGATIVE = ByKey(lambda v: v is not None and v < 0, _negative)
+"""A negative amount: an UNSIGNED column refuses it in the INSERT's values, even
+though the sum it is added to stays in range."""
+NULL = ByKey(
+    lambda v: v is None,
+    lambda column: column.null_count > 0,
+    "NULL in NOT NULL column(s) {columns}: a new key takes its NULLs, which the "
+    "column refuses (mysql.ignore_null_updates keeps the stored value of a key "
+    "that has a row)",
+)
+"""A NULL that keeps the stored value: a NOT NULL column refuses it in the INSERT's
+values (MySQL's 1048; a TIMESTAMP NOT NULL would take the current time instead),
+although the assignment keeps the stored value; a new key's is set aside."""
 
 
 class MergeMode:
@@ -63,11 +103,14 @@ class MergeMode:
         config section); None when it can."""
         return None
 
-    def by_key(self, column: ColumnShape) -> bool:
-        """Whether a record whose value is negative goes by key (an UPDATE): the
-        INSERT of ``INSERT … ON DUPLICATE KEY UPDATE`` cannot carry it although the
-        assignment's result fits."""
-        return False
+    def by_key(self, column: ColumnShape) -> ByKey | None:
+        """Which values of ``column`` go by key (``ByKey``); None: none."""
+        return None
+
+    def ignoring_nulls(self) -> MergeMode:
+        """The mode under ``mysql.ignore_null_updates``: a NULL in an upsert of a
+        stored row keeps the stored value (a new key takes the NULL)."""
+        return self
 
 
 class Overwrite(MergeMode):
@@ -77,6 +120,24 @@ class Overwrite(MergeMode):
 
     def assignment(self, stored, new, newer):
         return new if newer is None else case((newer, new), else_=stored)
+
+    def ignoring_nulls(self):
+        return OVERWRITE_UNLESS_NULL
+
+
+class OverwriteUnlessNull(Overwrite):
+    """``overwrite`` under ``mysql.ignore_null_updates``: a NULL keeps the stored
+    value (a partial update), any other value overwrites as ``overwrite`` does."""
+
+    def assignment(self, stored, new, newer):
+        taken = new.is_not(None) if newer is None else newer & new.is_not(None)
+        return case((taken, new), else_=stored)
+
+    def by_key(self, column):
+        return None if column.nullable else NULL
+
+    def ignoring_nulls(self):
+        return self
 
 
 class Add(MergeMode):
@@ -99,9 +160,7 @@ class Add(MergeMode):
         )
 
     def by_key(self, column):
-        # An UNSIGNED column refuses a negative amount in the INSERT's values, even
-        # though the sum it adds to stays in range.
-        return column.unsigned
+        return NEGATIVE if column.unsigned else None
 
 
 class Keep(MergeMode):
@@ -137,5 +196,6 @@ def changes_by_itself(column: ColumnShape, table: str, role: str, or_else: str) 
 
 
 DEFAULT = "overwrite"
+OVERWRITE_UNLESS_NULL = OverwriteUnlessNull()
 MODES: dict[str, MergeMode] = {m.name: m for m in (Overwrite(), Add(), Keep())}
 """Every mode, by the name ``mysql.merge`` gives it."""

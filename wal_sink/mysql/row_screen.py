@@ -147,16 +147,22 @@ def oversized(
 
 
 def null_into_now(
-    chunk: pa.RecordBatch, target: Table, deletes: pa.Array | None
+    chunk: pa.RecordBatch,
+    target: Table,
+    deletes: pa.Array | None,
+    kept: frozenset[str] = frozenset(),
 ) -> dict[int, str]:
     """Upserts with a NULL for a ``TIMESTAMP NOT NULL`` column of ``target``: MySQL
     with ``explicit_defaults_for_timestamp`` off, and MariaDB always, store the
     current time instead of refusing the NULL (a NULL version would then win every
-    later comparison). Deletes (``deletes``) send their key only."""
+    later comparison). Deletes (``deletes``) send their key only; the NULLs of
+    ``kept`` columns keep a stored value (mysql.ignore_null_updates) and go by key,
+    where a new key's is set aside (row_by_row.updating)."""
     columns = [
         name
         for name in chunk.schema.names
         if name in target.c
+        and name not in kept
         and isinstance(target.c[name].type, TIMESTAMP)
         and not target.c[name].nullable
     ]

@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Delete,
+    Select,
     Table,
     Update,
     and_,
@@ -41,6 +42,7 @@ from sqlalchemy import (
     delete,
     func,
     literal_column,
+    select,
     update,
 )
 from sqlalchemy.dialects.mysql import Insert, insert
@@ -123,9 +125,10 @@ reserved for the SET clause."""
 
 def build_update(table: Table, columns: Sequence[str], mysql: Target) -> Update:
     """``UPDATE … SET <the upsert's assignments> WHERE <key>`` for one row, with
-    parameters named by ``update_params``: for a row the upsert cannot carry, whose
-    negative amount for an UNSIGNED ``add`` column is out of the column's range
-    although the sum is not. Its rowcount (matched rows, the dialect's FOUND_ROWS)
+    parameters named by ``update_params``: for a row the upsert's INSERT cannot
+    carry although the assignments take it (a merge mode's ``by_key`` values: a
+    negative amount for an UNSIGNED ``add`` column, a NULL kept for a NOT NULL
+    column). Its rowcount (matched rows, the dialect's FOUND_ROWS)
     says whether the key had a row; when not, the upsert inserts it, and MySQL
     refuses the negative amount as any out-of-range value."""
     new = {c: bindparam(UPDATE_PARAM + c) for c in columns}
@@ -144,6 +147,15 @@ def build_values_check(table: Table, columns: Sequence[str], mysql: Target) -> I
     _check_columns(table, columns, mysql)
     first_key = mysql.key[0]
     return insert(table).on_duplicate_key_update({first_key: table.c[first_key]})
+
+
+def build_stored(table: Table, columns: Sequence[str], mysql: Target) -> Select:
+    """The stored values of ``columns`` in the row of a record's key, with
+    ``build_update``'s parameters (``update_params``): what a record going by key
+    puts in its values check where its own value is one the INSERT cannot carry
+    (protocol/row_by_row.py); no row: the key is new, and the upsert judges it."""
+    where = and_(*[table.c[k] == bindparam(UPDATE_PARAM + k) for k in mysql.key])
+    return select(*[table.c[c] for c in columns]).where(where)
 
 
 def update_params(row: dict[str, Any]) -> dict[str, Any]:

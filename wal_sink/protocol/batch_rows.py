@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import Connection, Delete, Engine, Table, Update, text
+from sqlalchemy import Connection, Delete, Engine, Table, text
 from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, Target
+from wal_sink.merge.modes import NULL
 from wal_sink.mysql.bulk_load import BulkLoader
 from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.multi_row import MultiRowUpsert
@@ -38,6 +39,7 @@ from wal_sink.mysql.target_profile import deletes_may_fail, read_profile
 from wal_sink.mysql.unique_keys import AnotherRow
 from wal_sink.mysql.upsert import (
     build_delete,
+    build_stored,
     build_update,
     build_upsert,
     build_values_check,
@@ -47,6 +49,8 @@ from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.chunk_path import AppliedRows, ChunkPaths, Decision
 from wal_sink.protocol.chunk_stream import coalesced, prefetched
 from wal_sink.protocol.row_by_row import (
+    ByKeyColumns,
+    ByKeyWay,
     drop_non_finite,
     drop_null_keys,
     isolating,
@@ -223,18 +227,16 @@ class RowApplier:
                     )
             else:
                 for by_key, segment in needs_update(
-                    drop_non_finite(run, bad), found.unsigned_adds
+                    drop_non_finite(run, bad), found.by_key
                 ):
-                    if by_key:
+                    if by_key and found.by_key_way is not None:
                         rows += updating(
                             conn,
-                            found.update,
+                            found.by_key_way,
                             found.upsert,
                             segment[0],
                             bad,
                             self._upsert_refused,
-                            found.values_check,
-                            found.unsigned_adds,
                         )
                     else:
                         rows += isolating(
@@ -258,14 +260,20 @@ class RowApplier:
         """The screen of chunks (once: it reads the server's max_allowed_packet)."""
         if self._screen is None:
             packet = conn.execute(text("SELECT @@max_allowed_packet")).scalar_one()
+            columns = read_profile(conn, self.mysql.table).columns
             self._screen = Screen(
                 self.config,
                 self.mysql.key,
                 self.target(),
                 int(packet),
-                read_profile(conn, self.mysql.table).columns,
+                columns,
                 roles_of(self.config, self.mysql),
                 defer=self.versioned is not None,
+                kept_nulls=frozenset(
+                    f.name
+                    for f in columns.values()
+                    if self.mysql.mode(f.name).by_key(f) is NULL
+                ),
             )
         return self._screen
 
@@ -287,10 +295,11 @@ class RowApplier:
         fit.refuse()
         say_warnings(self.sink_id, fit)
         upsert = build_upsert(target, columns, mysql)
-        unsigned_adds = tuple(
-            c
+        by_key = tuple(
+            (c, way)
             for c in columns
-            if (facts := profile.column(c)) is not None and mysql.mode(c).by_key(facts)
+            if (facts := profile.column(c)) is not None
+            and (way := mysql.mode(c).by_key(facts)) is not None
         )
         multi = loader = None
         if not cdc:
@@ -307,9 +316,15 @@ class RowApplier:
             delete,
             versioned,
             deletes_may_fail(profile),
-            unsigned_adds,
-            build_update(target, columns, mysql) if unsigned_adds else None,
-            build_values_check(target, columns, mysql) if unsigned_adds else None,
+            by_key,
+            ByKeyWay(
+                by_key,
+                build_update(target, columns, mysql),
+                build_values_check(target, columns, mysql),
+                build_stored(target, [c for c, _ in by_key], mysql),
+            )
+            if by_key
+            else None,
         )
         self._by_schema.append(found)
         return found
@@ -356,9 +371,7 @@ class _Statements:
     """A delete can be refused (a child row still referencing it, a trigger, or
     triggers this user cannot see): versioned CDC judges upserts after a run of
     deletes only once it is applied."""
-    unsigned_adds: tuple[str, ...] = ()
-    """``add`` columns that are UNSIGNED: a row with a negative amount for one goes
-    by key (``update``), the upsert's own row being out of range."""
-    update: Update | None = None
-    values_check: Insert | None = None
-    """Run before ``update``: MySQL judges the record's values (row_by_row.py)."""
+    by_key: ByKeyColumns = ()
+    """Columns whose merge mode takes values the upsert's INSERT cannot carry: a
+    row holding one goes by key (``by_key_way``)."""
+    by_key_way: ByKeyWay | None = None

@@ -28,7 +28,6 @@ from enum import Enum
 from typing import Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -37,6 +36,7 @@ from wal_sink.mysql.acks import TableCounts
 from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
 from wal_sink.mysql.errors import is_row_error
 from wal_sink.mysql.multi_row import MultiRowUpsert
+from wal_sink.protocol.row_by_row import ByKeyColumns
 from wal_sink.wal.quarantine import Entry
 
 log = logging.getLogger(__name__)
@@ -74,16 +74,16 @@ def decide(
     *,
     render: bool,
     bulk_load: bool,
-    unsigned_adds: Sequence[str] = (),
+    by_key: ByKeyColumns = (),
 ) -> Decision:
     """The way ``chunk`` goes, with ``multi`` and ``loader`` its schema's fast
     statements (None where its schema has none), rendering its multi-row
-    statements when it goes that way; ``unsigned_adds`` are its UNSIGNED ``add``
-    columns."""
+    statements when it goes that way; a chunk holding a value of ``by_key`` goes
+    row by row, where such a row goes by key."""
     if (
         not render
         or any(chunk.column(k).null_count for k in key)
-        or any(negative(chunk.column(c)) for c in unsigned_adds)
+        or any(way.in_chunk(chunk.column(c)) for c, way in by_key)
     ):
         path = ChunkPath.ROW_BY_ROW
     elif loader is not None and bulk_load:
@@ -94,12 +94,6 @@ def decide(
         path = ChunkPath.ROW_BY_ROW
     statements = multi.render(chunk) if path is ChunkPath.MULTI_ROW else None
     return Decision(path, render, bulk_load, statements)
-
-
-def negative(column: pa.Array) -> bool:
-    """Whether ``column`` holds a value below zero."""
-    lowest = pc.min(column).as_py()
-    return lowest is not None and lowest < 0
 
 
 @dataclass(frozen=True)
@@ -118,11 +112,11 @@ class AppliedRows:
 
 class FastWays(Protocol):
     """A schema's statements for the ways above row by row (None where it has
-    none), and its UNSIGNED ``add`` columns."""
+    none), and the values its rows cannot carry (row_by_row.needs_update)."""
 
     multi: MultiRowUpsert | None
     loader: BulkLoader | None
-    unsigned_adds: tuple[str, ...]
+    by_key: ByKeyColumns
 
 
 class ChunkPaths:
@@ -149,7 +143,7 @@ class ChunkPaths:
             ways.loader,
             render=self.render,
             bulk_load=self.bulk_load_allowed if bulk_load is None else bulk_load,
-            unsigned_adds=ways.unsigned_adds,
+            by_key=ways.by_key,
         )
 
     def apply(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -18,10 +19,13 @@ from sqlalchemy import Connection, Executable
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.errors import first_line
+from wal_sink.merge.modes import ByKey
 from wal_sink.mysql.errors import error_code, is_row_error
 from wal_sink.mysql.upsert import update_params
 from wal_sink.wal.quarantine import Entry
 
+ByKeyColumns = tuple[tuple[str, ByKey], ...]
+"""The columns whose merge mode sends some values by key, with those values."""
 RefusalReason = Callable[[Connection, dict[str, Any], DBAPIError], str]
 """Why MySQL refused one row, as its quarantine entry says."""
 
@@ -135,17 +139,17 @@ def isolating(
 
 
 def needs_update(
-    run: list[dict[str, Any]], unsigned_adds: tuple[str, ...]
+    run: list[dict[str, Any]], by_key: ByKeyColumns
 ) -> Iterator[tuple[bool, list[dict[str, Any]]]]:
-    """A run of upserts in order, as segments: ``(True, [row])`` for a row with a
-    negative amount for an UNSIGNED ``add`` column (upsert.build_update says why),
-    ``(False, rows)`` for the consecutive rows between them."""
-    if not unsigned_adds:
+    """A run of upserts in order, as segments: ``(True, [row])`` for a row holding
+    a value its INSERT cannot carry (a merge mode's ``by_key``; upsert.build_update
+    says why), ``(False, rows)`` for the consecutive rows between them."""
+    if not by_key:
         yield False, run
         return
     plain: list[dict[str, Any]] = []
     for row in run:
-        if any((row.get(c) or 0) < 0 for c in unsigned_adds):
+        if any(way.held(row.get(c)) for c, way in by_key):
             if plain:
                 yield False, plain
                 plain = []
@@ -156,34 +160,55 @@ def needs_update(
         yield False, plain
 
 
+@dataclass(frozen=True)
+class ByKeyWay:
+    """How a row ``needs_update`` singles out is applied (upsert.py builds them)."""
+
+    columns: ByKeyColumns
+    update: Executable
+    """``UPDATE … WHERE <key>`` with the upsert's assignments."""
+    values_check: Executable
+    """The upsert's INSERT, rolled back: MySQL judges the record's values."""
+    stored: Executable
+    """The key's stored values of ``columns``."""
+
+
 def updating(
     conn: Connection,
-    update: Executable,
+    way: ByKeyWay,
     upsert: Executable,
     row: dict[str, Any],
     bad: list[Entry],
     reason: RefusalReason = refused,
-    values_check: Executable | None = None,
-    unsigned_adds: tuple[str, ...] = (),
 ) -> int:
-    """Apply one row by key with ``update`` (under a savepoint, set aside when
-    MySQL refuses it); a key without a row goes to ``isolating(upsert)``. Returns
-    how many rows were applied (0 or 1).
+    """Apply one row by key with ``way.update`` (under a savepoint, set aside when
+    MySQL refuses it); a key without a row is set aside for a value whose
+    ``ByKey.new_key`` says so, and goes to ``isolating(upsert)`` otherwise, whose
+    INSERT refuses what it cannot carry. Returns how many rows were applied (0 or
+    1).
 
     The UPDATE assigns an older record's guarded columns their stored values, so
-    MySQL would not judge the record's own: ``values_check`` (upsert.build_
-    values_check), run first and rolled back with the negative ``unsigned_adds`` as
-    0, refuses what the upsert would (a NULL for NOT NULL, a text too long)."""
+    MySQL would not judge the record's own: ``way.values_check``, run first and
+    rolled back with the stored values standing in for those the INSERT cannot
+    carry, refuses what the upsert would (a NULL for NOT NULL, a text too long)."""
+    params = update_params(row)
+    held = [(c, w) for c, w in way.columns if w.held(row.get(c))]
+    stored = conn.execute(way.stored, params).first()
+    if stored is None:
+        refused_new = _new_key_refusal(held)
+        if refused_new:
+            bad.append(Entry(row, refused_new))
+            return 0
+        return isolating(conn, upsert, [row], bad, reason)
+    stand_ins = {c: stored._mapping[c] for c, _ in held}
     savepoint = conn.begin_nested()
     try:
-        if values_check is not None:
-            zeroed = {c: 0 for c in unsigned_adds if (row.get(c) or 0) < 0}
-            check = conn.begin_nested()
-            try:
-                conn.execute(values_check, {**row, **zeroed})
-            finally:
-                check.rollback()
-        matched = conn.execute(update, update_params(row)).rowcount
+        check = conn.begin_nested()
+        try:
+            conn.execute(way.values_check, {**row, **stand_ins})
+        finally:
+            check.rollback()
+        matched = conn.execute(way.update, params).rowcount
     except DBAPIError as e:
         if not is_row_error(e):
             raise
@@ -192,3 +217,14 @@ def updating(
         return 0
     savepoint.commit()
     return 1 if matched else isolating(conn, upsert, [row], bad, reason)
+
+
+def _new_key_refusal(held: list[tuple[str, ByKey]]) -> str | None:
+    """Why a new key's record holding these by-key values is set aside; None
+    when the upsert judges them."""
+    columns: dict[str, list[str]] = {}
+    for column, way in held:
+        if way.new_key:
+            columns.setdefault(way.new_key, []).append(column)
+    said = [why.format(columns=", ".join(c)) for why, c in columns.items()]
+    return "; ".join(said) or None

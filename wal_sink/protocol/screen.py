@@ -65,10 +65,12 @@ class Screen:
         columns: dict[str, ColumnFacts],
         roles: list[tuple[str, str]],
         defer: bool = False,
+        kept_nulls: frozenset[str] = frozenset(),
     ) -> None:
         """``columns``: the target's, by lower-case name (target_profile.py);
         ``roles``: (stream column, role) of its key, version, order and route
-        columns, which may not narrow."""
+        columns, which may not narrow; ``kept_nulls``: columns whose NULLs keep
+        the stored value and go by key (merge/modes.py)."""
         self.config = config
         self.key = key
         self.target = target
@@ -76,6 +78,7 @@ class Screen:
         self.columns = columns
         self.roles = roles
         self.defer = defer
+        self.kept_nulls = kept_nulls
         self._fits: list[Fit] = []
 
     def fit(self, schema: pa.Schema) -> Fit:
@@ -98,7 +101,7 @@ class Screen:
         for i, reason in invalid_utf8(chunk).items():
             reasons.setdefault(i, reason)
         deletes = self._deletes(chunk)
-        judged = null_into_now(chunk, self.target, deletes)
+        judged = null_into_now(chunk, self.target, deletes, self.kept_nulls)
         fit = self.fit(chunk.schema)
         if fit.narrowings:
             for i, reason in fit.changed(chunk, deletes).items():
