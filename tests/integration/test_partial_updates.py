@@ -10,12 +10,23 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
+from sqlalchemy import text
 
 from tests.helpers import apply_staged as apply
+from wal_sink.merge.modes import NULL
+from wal_sink.mysql.target import reflect_target
+from wal_sink.mysql.upsert import (
+    build_stored,
+    build_update,
+    build_upsert,
+    build_values_check,
+)
 from wal_sink.ops.quarantine_entries import list_entries
+from wal_sink.protocol.row_by_row import ByKeyWay, updating
 from wal_sink.protocol.sink_instance import SinkInstance
 
 I64 = pa.int64()
+STR = pa.string()
 SCHEMA = pa.schema(
     [("k", I64), ("label", pa.string()), ("n", I64), ("req", I64), ("v", I64)]
 )
@@ -168,6 +179,64 @@ def test_a_timestamp_not_null_keeps_its_value_and_a_new_key_is_set_aside(
     ]
     assert reasons(cfg) == [
         "NULL in NOT NULL column(s) at: a new key takes its NULLs, which the column "
-        "refuses (mysql.ignore_null_updates keeps the stored value of a key that has "
-        "a row)"
+        "refuses (ignore_null_updates keeps the stored value of a key that has a "
+        "row)"
     ]
+
+
+def test_add_and_keep_columns_not_null_keep_their_values_too(db, fresh, config):
+    """Their NULLs keep the stored value without the setting; with it, a NOT NULL
+    column's NULL reaches that rule by key instead of MySQL's 1048."""
+    fresh(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, made BIGINT NOT NULL, "
+        "total BIGINT UNSIGNED NOT NULL, label VARCHAR(4))"
+    )
+    merge = {"made": "keep", "total": "add"}
+    cfg = config("t", ["k"], merge=merge, ignore_null_updates=True)
+    schema = pa.schema([("k", I64), ("made", I64), ("total", I64), ("label", STR)])
+    apply(
+        cfg,
+        schema,
+        [{"k": 1, "made": 7, "total": 5, "label": "a"}],
+        [
+            {"k": 1, "made": None, "total": None, "label": "b"},
+            {"k": 1, "made": 8, "total": -2, "label": None},
+            {"k": 1, "made": None, "total": -1, "label": "c"},
+        ],
+    )
+    assert db.rows("SELECT k, made, total, label FROM t") == [(1, 7, 2, "c")]
+    assert reasons(cfg) == []
+
+
+def test_a_row_another_writer_inserts_during_the_batch_is_found_by_key(
+    db, fresh, config
+):
+    """The by-key UPDATE is a locking read: a row another writer committed after
+    the batch's transaction took its snapshot is updated, its NOT NULL value kept
+    (a read of the snapshot would not see it, and the record would be set aside
+    as a new key's); a row deleted meanwhile is a new key, set aside."""
+    fresh(TABLE)
+    db.execute("INSERT INTO t VALUES (3, 'x', 3, 30, NULL)")
+    cfg = config("t", ["k"], ignore_null_updates=True)
+    columns = ["k", "label", "n", "req", "v"]
+    sink = SinkInstance(cfg)
+    try:
+        table, target = reflect_target(sink.engine, "t"), cfg.mysql.target
+        way = ByKeyWay(
+            (("req", NULL),),
+            build_update(table, columns, target),
+            build_values_check(table, columns, target),
+            build_stored(table, ["req"], target),
+        )
+        upsert = build_upsert(table, columns, target)
+        bad: list = []
+        with sink.engine.connect() as conn, conn.begin():
+            conn.execute(text("SELECT COUNT(*) FROM t"))  # the snapshot
+            db.execute("INSERT INTO t VALUES (2, 'b', 2, 20, NULL)")
+            db.execute("DELETE FROM t WHERE k = 3")
+            assert updating(conn, way, upsert, row(2, "c", 4, None), bad) == 1
+            assert updating(conn, way, upsert, row(3, "d", 5, None), bad) == 0
+    finally:
+        sink.close()
+    assert stored(db) == [(2, "c", 4, 20, None)]
+    assert [e.reason.split(":")[0] for e in bad] == ["NULL in NOT NULL column(s) req"]

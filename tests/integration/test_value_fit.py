@@ -201,6 +201,28 @@ def test_a_narrowing_key_version_or_order_column_is_refused_nothing_written(
     assert not tables & {"shape_tombstones", "wal_sink_ack"}
 
 
+def test_a_narrow_version_refuses_a_start_before_auto_evolve_changes_the_table(
+    db, config
+):
+    """The staged schema is checked before the start's DDL: auto_evolve would
+    have added the stream's new column, and the tombstone table been made."""
+    for table in ("evolving", "evolving_tombstones", "wal_sink_ack"):
+        db.execute(f"DROP TABLE IF EXISTS {table}")
+    db.execute("CREATE TABLE evolving (k BIGINT PRIMARY KEY, v DECIMAL(12,2))")
+    cdc = {"op_column": "op", "order_by": "v"}
+    cfg = config("evolving", ["k"], version_column="v", auto_evolve=True, cdc=cdc)
+    schema = pa.schema(
+        [("k", pa.int64()), ("v", pa.decimal128(12, 4)), ("extra", pa.string())]
+        + [("op", pa.string())]
+    )
+    row = {"k": 1, "v": Decimal("1.2345"), "extra": "x", "op": "U"}
+    with pytest.raises(ConfigError, match="column v of table evolving"):
+        _recover(cfg, schema, [row])
+    assert [r[0] for r in db.rows("SHOW COLUMNS FROM evolving")] == ["k", "v"]
+    tables = {r[0] for r in db.rows("SHOW TABLES")}
+    assert not tables & {"evolving_tombstones", "wal_sink_ack"}
+
+
 def test_with_versioned_cdc_a_stale_upsert_is_skipped_before_its_values_are_judged(
     db, sink_config
 ):

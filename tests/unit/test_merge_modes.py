@@ -11,7 +11,7 @@ from tests.helpers import config_dict
 from tests.reference_model import MODE_RULES
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError
-from wal_sink.merge.modes import MODES, NEGATIVE, NULL
+from wal_sink.merge.modes import MODES, NEGATIVE
 from wal_sink.mysql.target_profile import ColumnFacts
 
 MERGE_DOC = Path(__file__).parents[2] / "docs" / "merge.md"
@@ -73,8 +73,12 @@ def test_only_add_into_unsigned_and_a_kept_null_into_not_null_go_by_key():
     assert not any(m.by_key(signed) for m in MODES.values())
     required = ColumnFacts("n", "int", "int(11)", False, None, "", False)
     assert not any(m.by_key(required) for m in MODES.values())
-    unless_null = MODES["overwrite"].ignoring_nulls()
-    assert unless_null.by_key(required) is NULL and unless_null.by_key(signed) is None
-    assert [m.name for m in MODES.values() if m.ignoring_nulls() is not m] == [
-        "overwrite"
-    ]
+    for mode in MODES.values():  # ignore_null_updates: a NOT NULL column's NULLs
+        assert mode.ignoring_nulls().by_key(required).held(None)
+        assert mode.ignoring_nulls().by_key(signed) is None
+    both = (
+        MODES["add"]
+        .ignoring_nulls()
+        .by_key(ColumnFacts("n", "int", "int(10) unsigned", False, None, "", False))
+    )
+    assert [both.held(v) for v in (None, -1, 0, 1)] == [True, True, False, False]

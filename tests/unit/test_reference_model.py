@@ -419,6 +419,6 @@ def test_ignore_nulls_keeps_stored_values_and_a_new_key_takes_its_nulls():
     run(model, [{"id": 1, "label": "a", "n": 1, "req": 1}])
     run(model, [{"id": 1, "label": None, "n": None, "req": None}])
     assert model.rows[(1,)] == {"id": 1, "label": "a", "n": 1, "req": 1}
-    assert model.effects[KEPT_NULL] == 2  # label and req; an add's NULL is no effect
+    assert model.effects[KEPT_NULL] == 3  # label, n and req
     run(model, [{"id": 2, "label": None, "n": None, "req": None}])
     assert (2,) not in model.rows, "a new key's NULL for NOT NULL is set aside"

@@ -55,9 +55,19 @@ class ByKey:
     """Whether a row's value is one."""
     in_chunk: Callable[[pa.Array], bool]
     """Whether a chunk's column holds one (the chunk then goes row by row)."""
-    new_key: str | None = None
-    """Why a record holding one is set aside when its key has no row (None: the
-    upsert's INSERT judges it, as MySQL would)."""
+    null_new_key: str | None = None
+    """Why a record holding a NULL here is set aside when its key has no row
+    (None: the upsert's INSERT judges it, as MySQL would)."""
+
+    def joined(self, other: ByKey | None) -> ByKey:
+        """These values and ``other``'s."""
+        if other is None:
+            return self
+        return ByKey(
+            lambda v: self.held(v) or other.held(v),
+            lambda column: self.in_chunk(column) or other.in_chunk(column),
+            self.null_new_key or other.null_new_key,
+        )
 
 
 def _negative(column: pa.Array) -> bool:
@@ -72,8 +82,8 @@ NULL = ByKey(
     lambda v: v is None,
     lambda column: column.null_count > 0,
     "NULL in NOT NULL column(s) {columns}: a new key takes its NULLs, which the "
-    "column refuses (mysql.ignore_null_updates keeps the stored value of a key "
-    "that has a row)",
+    "column refuses (ignore_null_updates keeps the stored value of a key that has "
+    "a row)",
 )
 """A NULL that keeps the stored value: a NOT NULL column refuses it in the INSERT's
 values (MySQL's 1048; a TIMESTAMP NOT NULL would take the current time instead),
@@ -110,7 +120,7 @@ class MergeMode:
     def ignoring_nulls(self) -> MergeMode:
         """The mode under ``mysql.ignore_null_updates``: a NULL in an upsert of a
         stored row keeps the stored value (a new key takes the NULL)."""
-        return self
+        return UnlessNull(self)
 
 
 class Overwrite(MergeMode):
@@ -120,24 +130,6 @@ class Overwrite(MergeMode):
 
     def assignment(self, stored, new, newer):
         return new if newer is None else case((newer, new), else_=stored)
-
-    def ignoring_nulls(self):
-        return OVERWRITE_UNLESS_NULL
-
-
-class OverwriteUnlessNull(Overwrite):
-    """``overwrite`` under ``mysql.ignore_null_updates``: a NULL keeps the stored
-    value (a partial update), any other value overwrites as ``overwrite`` does."""
-
-    def assignment(self, stored, new, newer):
-        taken = new.is_not(None) if newer is None else newer & new.is_not(None)
-        return case((taken, new), else_=stored)
-
-    def by_key(self, column):
-        return None if column.nullable else NULL
-
-    def ignoring_nulls(self):
-        return self
 
 
 class Add(MergeMode):
@@ -184,6 +176,34 @@ class Keep(MergeMode):
         )
 
 
+class UnlessNull(MergeMode):
+    """A mode under ``mysql.ignore_null_updates``: a NULL keeps the stored value (a
+    partial update), any other value merges as the mode says. MySQL refuses a
+    NULL for a NOT NULL column in the INSERT's values (1048; a ``TIMESTAMP NOT
+    NULL`` would take the current time) before it meets the row, so such NULLs go
+    by key, and a new key's is set aside."""
+
+    def __init__(self, mode: MergeMode) -> None:
+        self.mode = mode
+        self.name = mode.name  # type: ignore[misc]
+        self.reapplying_changes = mode.reapplying_changes  # type: ignore[misc]
+
+    def assignment(self, stored, new, newer):
+        return case(
+            (new.is_(None), stored), else_=self.mode.assignment(stored, new, newer)
+        )
+
+    def refusal(self, column, where, table):
+        return self.mode.refusal(column, where, table)
+
+    def by_key(self, column):
+        own = self.mode.by_key(column)
+        return own if column.nullable else NULL.joined(own)
+
+    def ignoring_nulls(self):
+        return self
+
+
 def changes_by_itself(column: ColumnShape, table: str, role: str, or_else: str) -> str:
     """The refusal of a column MySQL changes on any update of its row (``ON
     UPDATE``) in a ``role`` that must never change."""
@@ -196,6 +216,5 @@ def changes_by_itself(column: ColumnShape, table: str, role: str, or_else: str) 
 
 
 DEFAULT = "overwrite"
-OVERWRITE_UNLESS_NULL = OverwriteUnlessNull()
 MODES: dict[str, MergeMode] = {m.name: m for m in (Overwrite(), Add(), Keep())}
 """Every mode, by the name ``mysql.merge`` gives it."""

@@ -150,12 +150,12 @@ def build_values_check(table: Table, columns: Sequence[str], mysql: Target) -> I
 
 
 def build_stored(table: Table, columns: Sequence[str], mysql: Target) -> Select:
-    """The stored values of ``columns`` in the row of a record's key, with
-    ``build_update``'s parameters (``update_params``): what a record going by key
-    puts in its values check where its own value is one the INSERT cannot carry
-    (protocol/row_by_row.py); no row: the key is new, and the upsert judges it."""
+    """The values of ``columns`` in the row of a record's key, read as they are
+    now (a locking read), with ``build_update``'s parameters (``update_params``):
+    what a record gone by key puts in its values check where its own value is one
+    the INSERT cannot carry (protocol/row_by_row.py)."""
     where = and_(*[table.c[k] == bindparam(UPDATE_PARAM + k) for k in mysql.key])
-    return select(*[table.c[c] for c in columns]).where(where)
+    return select(*[table.c[c] for c in columns]).where(where).with_for_update()
 
 
 def update_params(row: dict[str, Any]) -> dict[str, Any]:

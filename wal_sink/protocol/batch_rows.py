@@ -30,7 +30,6 @@ from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, Target
-from wal_sink.merge.modes import NULL
 from wal_sink.mysql.bulk_load import BulkLoader
 from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.multi_row import MultiRowUpsert
@@ -272,7 +271,7 @@ class RowApplier:
                 kept_nulls=frozenset(
                     f.name
                     for f in columns.values()
-                    if self.mysql.mode(f.name).by_key(f) is NULL
+                    if (way := self.mysql.mode(f.name).by_key(f)) and way.held(None)
                 ),
             )
         return self._screen

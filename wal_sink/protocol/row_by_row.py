@@ -182,33 +182,30 @@ def updating(
     reason: RefusalReason = refused,
 ) -> int:
     """Apply one row by key with ``way.update`` (under a savepoint, set aside when
-    MySQL refuses it); a key without a row is set aside for a value whose
-    ``ByKey.new_key`` says so, and goes to ``isolating(upsert)`` otherwise, whose
-    INSERT refuses what it cannot carry. Returns how many rows were applied (0 or
-    1).
+    MySQL refuses it). A key without a row (the UPDATE, a locking read, matched
+    none) is set aside for a NULL whose ``ByKey.null_new_key`` says so, and goes
+    to ``isolating(upsert)`` otherwise, whose INSERT refuses what it cannot
+    carry. Returns how many rows were applied (0 or 1).
 
     The UPDATE assigns an older record's guarded columns their stored values, so
-    MySQL would not judge the record's own: ``way.values_check``, run first and
-    rolled back with the stored values standing in for those the INSERT cannot
-    carry, refuses what the upsert would (a NULL for NOT NULL, a text too long)."""
+    MySQL would not judge the record's own: ``way.values_check``, run after it
+    and rolled back, with the row's values as they are now standing in for those
+    the INSERT cannot carry, refuses what the upsert would (a NULL for NOT NULL, a
+    text too long), and the UPDATE with it. The row is read after the UPDATE,
+    which has locked it: another writer's insert or delete of the key before then
+    is seen, none after."""
     params = update_params(row)
     held = [(c, w) for c, w in way.columns if w.held(row.get(c))]
-    stored = conn.execute(way.stored, params).first()
-    if stored is None:
-        refused_new = _new_key_refusal(held)
-        if refused_new:
-            bad.append(Entry(row, refused_new))
-            return 0
-        return isolating(conn, upsert, [row], bad, reason)
-    stand_ins = {c: stored._mapping[c] for c, _ in held}
     savepoint = conn.begin_nested()
     try:
-        check = conn.begin_nested()
-        try:
-            conn.execute(way.values_check, {**row, **stand_ins})
-        finally:
-            check.rollback()
         matched = conn.execute(way.update, params).rowcount
+        if matched:
+            now = conn.execute(way.stored, params).one()._mapping
+            check = conn.begin_nested()
+            try:
+                conn.execute(way.values_check, {**row, **{c: now[c] for c, _ in held}})
+            finally:
+                check.rollback()
     except DBAPIError as e:
         if not is_row_error(e):
             raise
@@ -216,15 +213,21 @@ def updating(
         bad.append(Entry(row, reason(conn, row, e)))
         return 0
     savepoint.commit()
-    return 1 if matched else isolating(conn, upsert, [row], bad, reason)
+    if matched:
+        return 1
+    refused_new = _new_key_refusal(row, held)
+    if refused_new:
+        bad.append(Entry(row, refused_new))
+        return 0
+    return isolating(conn, upsert, [row], bad, reason)
 
 
-def _new_key_refusal(held: list[tuple[str, ByKey]]) -> str | None:
-    """Why a new key's record holding these by-key values is set aside; None
-    when the upsert judges them."""
+def _new_key_refusal(row: dict[str, Any], held: list[tuple[str, ByKey]]) -> str | None:
+    """Why a new key's record is set aside for its NULLs in ``held`` columns;
+    None when the upsert judges its values."""
     columns: dict[str, list[str]] = {}
     for column, way in held:
-        if way.new_key:
-            columns.setdefault(way.new_key, []).append(column)
+        if row.get(column) is None and way.null_new_key:
+            columns.setdefault(way.null_new_key, []).append(column)
     said = [why.format(columns=", ".join(c)) for why, c in columns.items()]
     return "; ".join(said) or None

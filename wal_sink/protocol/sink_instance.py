@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, Target
 from wal_sink.config.spelling import (
+    not_excepted,
     refuse_twins,
 )
 from wal_sink.errors import ConfigError, WalSinkError, first_line
@@ -292,13 +293,20 @@ class SinkInstance:
         if not self.config.mysql.route_column or not columns:
             for name in tables:
                 refuse_twins(columns, name)
-            return {name: columns for name in tables}
+            return {
+                t.table: not_excepted(t, columns)
+                for t in self.config.mysql.targets
+                if t.table in tables
+            }
         have = {name: table.c.keys() for name, table in tables.items()}
         return tables_columns(self.config, have, columns)
 
     def _take_lease(self) -> Committer:
         try:
             config = self.config
+            staged = self.wal.stream_schema()
+            if staged is not None:  # refused before anything is written
+                self.check_types(staged)
             WalSchemaDdl(self.engine, config, self.wal).ensure()  # the WAL's, if any
             waiting = self._to_create()
             targets = [t for t in config.mysql.targets if t.table not in waiting]
@@ -307,9 +315,6 @@ class SinkInstance:
                 table = reflect_target(self.engine, target.table)
                 preflight(self.engine, config, target, table, received[target.table])
             self._checked_columns.add(frozenset(self.stream_columns))
-            staged = self.wal.stream_schema()
-            if staged is not None:  # refused before anything is written
-                self.check_types(staged)
             init_db(self.engine, config.mysql)
             ensure_tombstones(self.engine, config, targets)
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)
