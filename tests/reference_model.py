@@ -59,7 +59,7 @@ import itertools
 import math
 import struct
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -89,18 +89,22 @@ UNLESS_NULL = ModeRule(
     lambda stored, value, newer: value if newer and value is not None else stored,
     keeps_nulls=True,
 )
+ADD = ModeRule(
+    lambda stored, value, newer: (
+        stored if value is None else value if stored is None else stored + value
+    ),
+    sums=True,
+)
+KEEP = ModeRule(lambda stored, value, newer: stored, never_changes=True)
 MODE_RULES = {
     "overwrite": ModeRule(
         lambda stored, value, newer: value if newer else stored,
         unless_null=UNLESS_NULL,
     ),
-    "add": ModeRule(
-        lambda stored, value, newer: (
-            stored if value is None else value if stored is None else stored + value
-        ),
-        sums=True,
-    ),
-    "keep": ModeRule(lambda stored, value, newer: stored, never_changes=True),
+    # their NULLs keep the stored value already; ignore_null_updates lets a NOT
+    # NULL column's NULL through to it too
+    "add": replace(ADD, unless_null=replace(ADD, keeps_nulls=True)),
+    "keep": replace(KEEP, unless_null=replace(KEEP, keeps_nulls=True)),
 }
 
 
@@ -280,6 +284,8 @@ class Sink:
     ignore_nulls: bool = False
     """``ignore_null_updates`` (``t``'s): a NULL in an upsert keeps the stored
     value of an overwrite column."""
+    excepted: tuple[str, ...] = ()
+    """``except_columns`` (``t``'s): stream columns ``t`` never takes."""
 
     def rule(self, column: str) -> ModeRule:
         """The column's merge rule; with ``ignore_nulls`` a NULL keeps the stored
@@ -300,9 +306,10 @@ class Sink:
 
     @property
     def written(self) -> tuple[str, ...]:
-        """The stream's columns that reach the target (not the op column)."""
+        """The stream's columns that reach the target (not the op column, none of
+        ``excepted``)."""
         op = self.cdc.op_column if self.cdc else None
-        return tuple(c for c in self.stream if c != op)
+        return tuple(c for c in self.stream if c != op and c not in self.excepted)
 
     @property
     def guarded(self) -> bool:
@@ -516,8 +523,10 @@ class ReferenceModel:
         sink = self.sinks[sink_id]
         route = record.get(Routed.ROUTE) if sink.routed else None
         if route not in ("t", "u"):
+            if sink.routed is None:  # the table takes all but its excepted columns
+                return {c: v for c, v in record.items() if c not in sink.excepted}
             return dict(record)
-        taken = sink.stream if route == "t" else Routed.COLUMNS
+        taken = sink.written if route == "t" else Routed.COLUMNS
         extra = (Routed.ROUTE, *([sink.cdc.op_column] if sink.cdc else []))
         return {c: record[c] for c in (*taken, *extra) if c in record}
 

@@ -63,6 +63,7 @@ FEATURES = (
     "datetime_now",  # DATETIME DEFAULT / ON UPDATE CURRENT_TIMESTAMP columns the
     # stream does not write, the server's time zone not UTC
     "ignore_nulls",  # mysql.ignore_null_updates: a NULL keeps the stored value
+    "except_columns",  # the stream carries label, the config leaves it out of t
 )
 REFUSALS = frozenset(
     {"missing_column", "missing_version", "narrow_key", "narrow_version",
@@ -87,14 +88,15 @@ GROUPS = (
     frozenset({"on_update", "generated", "unique_label", "second_sink",
                "quarantine_batch"}),
     frozenset({"auto_increment", "float", "narrow", "datetime_now", "updated_at",
-               "quarantine_batch"}),
+               "quarantine_batch", "except_columns"}),
     frozenset({"compound", "narrow_key", "second_sink"}),
     frozenset({"version", "ts_version", "narrow_version", "second_sink", "narrow"}),
     frozenset({"routed", "cdc", "version", "shared_tombstones"}),
     frozenset({"version", "missing_version", "second_sink", "case_names", "limits"}),
     frozenset({"auto_increment", "required", "missing_column", "second_sink",
                "replay", "ignore_nulls"}),
-    frozenset({"cdc", "version", "ts_version", "limits"}),
+    frozenset({"cdc", "version", "ts_version", "limits", "except_columns",
+               "ignore_nulls"}),
 )  # fmt: skip
 """The fixed run's examples, one per group of features forced (others drawn):
 together every feature, each with data applied or (REFUSALS) its refusal
@@ -435,9 +437,16 @@ def _sink(
         stream.append("g")
     if not cdc and "seq" in stream:
         stream.remove("seq")
-    if "label" in stream and d.draw(st.integers(0, 5)) == 0:
+    leave = "except_columns" not in d.force and d.draw(st.integers(0, 5)) == 0
+    if "label" in stream and leave:
         stream.remove("label")
         merge.pop("label")
+    excepted: tuple[str, ...] = ()
+    # A forced unique label needs the label written (its conflicts are the point).
+    unique = "unique_label" in d.force
+    if "label" in stream and not unique and d.feature("except_columns", 0.15):
+        merge.pop("label")  # the stream carries it, the table never takes it
+        excepted = ("label",)
     if (
         noisy
         and version
@@ -473,6 +482,7 @@ def _sink(
         spelled=tuple(sorted(spelled.items())),
         named=tuple(sorted(named.items())),
         ignore_nulls=d.feature("ignore_nulls", 0.25),
+        excepted=excepted,
     )
 
 
@@ -642,6 +652,7 @@ def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
         "merge": {name(c, c): p for c, p in sink.merge},
         "unique_conflicts": sink.unique_conflicts,
         "ignore_null_updates": sink.ignore_nulls,
+        "except_columns": [name(c, c) for c in sink.excepted],
         "retry_backoff": 0.02,
         "retry_backoff_max": 0.1,
         "outage_budget": 30,
@@ -650,7 +661,13 @@ def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
         mysql["version_column"] = name(sink.version, sink.version)
     if sink.routed is not None:
         del mysql["table"]
-        moved = ("key", "merge", "unique_conflicts", "ignore_null_updates")
+        moved = (
+            "key",
+            "merge",
+            "unique_conflicts",
+            "ignore_null_updates",
+            "except_columns",
+        )
         t = {k: mysql.pop(k) for k in moved}
         if sink.version:
             t["version_column"] = mysql.pop("version_column")

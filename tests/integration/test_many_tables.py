@@ -128,6 +128,25 @@ def test_ignore_null_updates_is_each_tables_own(shop, config):
     assert shop() == ([(1, "ann", Decimal(5))], [(10, 1, None)])
 
 
+def test_a_tables_except_columns_leave_its_column_alone(db, shop, config):
+    """customers never take the stream's amount (another writer keeps it);
+    orders do (docs/merge.md, "The target and its columns")."""
+    tables = {
+        "customers": {"key": ["id"], "except_columns": ["AMOUNT", "customer_id"]},
+        "orders": {"key": ["id"], "columns": ["id", "customer_id", "amount", "seq"]},
+    }
+    db.execute("INSERT INTO customers (id, name, amount) VALUES (1, 'ann', 7)")
+    sink = apply(
+        config(tables=tables),
+        [
+            row("customers", id=1, name="bob", amount="5"),
+            row("orders", id=10, customer_id=1, amount="5"),
+        ],
+    )
+    sink.close()
+    assert shop() == ([(1, "bob", Decimal(7))], [(10, 1, Decimal(5))])
+
+
 def test_a_child_row_before_its_new_parent_lands_with_it(shop, config):
     sink = apply(
         config(),

@@ -16,6 +16,7 @@ from wal_sink.config.table_section import (
     Policy,
     TableConfig,
     Target,
+    check_excepted,
     check_policies,
 )
 from wal_sink.config.values import (
@@ -47,6 +48,8 @@ class MysqlConfig:
     ignore_null_updates: Annotated[bool, Field(strict=True)] = False
     """A NULL in an upsert keeps the stored value of an overwrite column (a partial
     update); a new key takes the NULL."""
+    except_columns: tuple[Identifier, ...] = ()
+    """Stream columns the table never takes (the single-table form)."""
     unique_conflicts: Conflicts = "refuse"
     """Another unique index the stream writes: refuse to start, or set aside records
     that would reach another row through it."""
@@ -126,6 +129,7 @@ class MysqlConfig:
                     None,
                     "mysql",
                     self.ignore_null_updates,
+                    self.except_columns,
                 ),
             )
         return tuple(
@@ -140,6 +144,7 @@ class MysqlConfig:
                 t.route or name,
                 f"mysql.tables.{name}",
                 t.ignore_null_updates,
+                t.except_columns,
             )
             for name, t in self.tables.items()
         )
@@ -167,6 +172,7 @@ class MysqlConfig:
                 ("version_column", self.version_column),
                 ("tombstone_table", self.tombstone_table),
                 ("ignore_null_updates", self.ignore_null_updates),
+                ("except_columns", self.except_columns),
             )
             if v
         }
@@ -189,6 +195,7 @@ class MysqlConfig:
                 "[mysql.tables.NAME] section per table"
             )
         check_policies(self.key, self.merge, self.version_column, "mysql.")
+        check_excepted(self.except_columns, self.key, self.merge, self.version_column)
         return self
 
     def _check_tables(self) -> None:

@@ -44,6 +44,12 @@ class Spelling:
         return self._names.get(name.lower(), name)
 
 
+def not_excepted(target: Target, names: Iterable[str]) -> list[str]:
+    """``names`` without ``target``'s ``except_columns`` (in any spelling)."""
+    excepted = Spelling(target.except_columns)
+    return [n for n in names if n not in excepted]
+
+
 def refuse_twins(names: Sequence[str], table: str) -> None:
     """Refuse two of ``names`` (the stream columns ``table`` receives) equal but
     for case: both would write one column."""
@@ -68,6 +74,7 @@ def spelled_target(target: Target, spelling: Spelling) -> Target:
         columns=None
         if target.columns is None
         else tuple(spelling.of(c) for c in target.columns),
+        except_columns=tuple(spelling.of(c) for c in target.except_columns),
     )
 
 

@@ -48,6 +48,8 @@ class TableConfig:
     table's name + "_tombstones")."""
     columns: tuple[Identifier, ...] | None = None
     """The stream columns this table takes (default: those the table has)."""
+    except_columns: tuple[Identifier, ...] = ()
+    """Stream columns this table never takes (instead of columns)."""
     route: Text | None = None
     """The value of mysql.route_column meaning this table (default: the section's
     name; Debezium's topic names hold dots, which a section name cannot)."""
@@ -55,6 +57,9 @@ class TableConfig:
     @model_validator(mode="after")
     def _policies(self) -> TableConfig:
         check_policies(self.key, self.merge, self.version_column, "")
+        check_excepted(self.except_columns, self.key, self.merge, self.version_column)
+        if self.columns is not None and self.except_columns:
+            raise ValueError("give columns or except_columns, not both")
         return self
 
 
@@ -80,6 +85,22 @@ def check_policies(
         raise ValueError(f"{where}version_column cannot be a key column")
 
 
+def check_excepted(
+    excepted: tuple[str, ...],
+    key: tuple[str, ...],
+    merge: dict[str, str],
+    version_column: str | None,
+) -> None:
+    """A column left out of the table is none it needs: key, version, merge."""
+    needed = {c.lower() for c in (*key, *merge, version_column or "")}
+    for column in excepted:
+        if column.lower() in needed:
+            raise ValueError(
+                f"except_columns: {column!r} is a key, version or merge column of "
+                "the table; a table needs it"
+            )
+
+
 @plain_dataclass(frozen=True, eq=False)
 class Target:
     """One target table and how rows merge into it."""
@@ -97,6 +118,8 @@ class Target:
     where: str
     """Where its settings are, for messages: ``mysql`` or ``mysql.tables.NAME``."""
     ignore_null_updates: bool = False
+    except_columns: tuple[str, ...] = ()
+    """Stream columns it never takes."""
 
     @property
     def tombstones(self) -> str:

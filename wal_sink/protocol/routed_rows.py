@@ -36,6 +36,7 @@ from sqlalchemy import Connection, Engine
 from wal_sink.config import Config, Target
 from wal_sink.config.spelling import (
     Spelling,
+    not_excepted,
     refuse_twins,
     spelled_config,
     spelled_target,
@@ -136,11 +137,14 @@ class BatchRows:
     ) -> AppliedRows:
         """The one table's rows, in its spelling."""
         (table,) = self.targets
+        (target,) = self.config.mysql.targets
         spelling = self._spell(conn)[table]
         self.table_at = table
         if stream is not None:
             refuse_twins(stream, table)
-            stream = [spelling.of(c) for c in stream]
+            stream = [spelling.of(c) for c in not_excepted(target, stream)]
+        if target.except_columns:
+            chunks = (c.select(not_excepted(target, c.schema.names)) for c in chunks)
         return self.appliers[table].apply_chunks(
             conn, in_spelling(chunks, spelling, table), total, on_chunk, stream
         )

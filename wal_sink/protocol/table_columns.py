@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterator, Sequence
 import pyarrow as pa
 
 from wal_sink.config import Config
-from wal_sink.config.spelling import Spelling, refuse_twins
+from wal_sink.config.spelling import Spelling, not_excepted, refuse_twins
 from wal_sink.errors import ConfigError
 
 
@@ -37,9 +37,10 @@ def tables_columns(
     stream: Sequence[str] | None = None,
 ) -> dict[str, list[str]]:
     """The columns each target table takes of ``names``: its ``columns``, or the
-    stream's columns it has (``have``: each table's columns), with the CDC op
-    column. ``stream``, when ``names`` are only some of the stream's columns (a
-    quarantine retry's records), is what the checks hold to.
+    stream's columns it has but its ``except_columns`` (``have``: each table's
+    columns), with the CDC op column; a column some table excepts is no stray.
+    ``stream``, when ``names`` are only some of the stream's columns (a quarantine
+    retry's records), is what the checks hold to.
 
     Raises:
         ConfigError: a stream column no table takes (the route and op columns
@@ -64,6 +65,7 @@ def tables_columns(
         if wanted is None:
             has = Spelling(have[target.table])
             wanted = [c for c in whole if c in has and c not in op]
+            wanted = not_excepted(target, wanted)
         missing = [c for c in wanted if c not in in_stream]
         if missing:
             raise ConfigError(
@@ -73,7 +75,11 @@ def tables_columns(
         refuse_twins([c for c in whole if c in Spelling(wanted)], target.table)
         received = [in_names.get(c) for c in [*wanted, *op]]
         columns[target.table] = list(dict.fromkeys(c for c in received if c))
-    taken = Spelling(c for t in mysql.targets for c in (t.columns or have[t.table]))
+    taken = Spelling(
+        c
+        for t in mysql.targets
+        for c in (*(t.columns or have[t.table]), *t.except_columns)
+    )
     stray = [c for c in whole if c not in taken and c not in op]
     stray = [c for c in stray if c.lower() != (mysql.route_column or "").lower()]
     if stray:

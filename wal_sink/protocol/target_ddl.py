@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, Target
-from wal_sink.config.spelling import Spelling, spelled_target
+from wal_sink.config.spelling import Spelling, not_excepted, spelled_target
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.table_ddl import TablePlan, plan_table, run_plan, table_columns
@@ -35,24 +35,26 @@ def target_fields(
     """The stream columns ``target`` gets, of the stream's ``schema`` (``have``:
     the table's columns, None while it does not exist): its ``columns``, or with
     one table every stream column but the CDC op column, or with several the
-    columns the table has.
+    columns the table has (every one but the route column, to create it by its
+    ``except_columns``); never its ``except_columns``.
 
     Raises:
         ConfigError: a missing table of several without ``columns`` to make it of.
     """
     op = config.cdc.op_column.lower() if config.cdc else None
-    names = [f.name for f in schema if f.name.lower() != op]
+    route = (config.mysql.route_column or "").lower()
+    names = [f.name for f in schema if f.name.lower() not in (op, route)]
     if target.columns is not None:
         in_stream = Spelling(schema.names)
         names = [in_stream.of(n) for n in target.columns if n in in_stream]
-    elif config.mysql.route_column:
-        if have is None:
-            raise ConfigError(
-                f"{target.where}.columns is needed to create table {target.table}: "
-                "with several tables, say which stream columns it takes"
-            )
+    elif route and have is not None:
         names = [n for n in names if n.lower() in have]
-    return pa.schema([schema.field(n) for n in names])
+    elif route and not target.except_columns:
+        raise ConfigError(
+            f"{target.where}.columns (or except_columns) is needed to create table "
+            f"{target.table}: with several tables, say which stream columns it takes"
+        )
+    return pa.schema([schema.field(n) for n in not_excepted(target, names)])
 
 
 def prepare_targets(
