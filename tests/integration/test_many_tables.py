@@ -18,6 +18,7 @@ from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError
 from wal_sink.ops.quarantine_entries import list_entries
 from wal_sink.ops.quarantine_retry import plan_retry, run_retry
+from wal_sink.ops.replay import plan_replay
 from wal_sink.ops.status import collect_status
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.reader import WalReader
@@ -145,6 +146,16 @@ def test_a_tables_except_columns_leave_its_column_alone(db, shop, config):
     )
     sink.close()
     assert shop() == ([(1, "bob", Decimal(7))], [(10, 1, Decimal(5))])
+
+
+def test_a_forced_replay_names_the_add_columns_by_table(shop, config):
+    """replay --force warns that these columns add again (the CLI asks first)."""
+    sink = apply(config(), [row("customers", id=1, name="ann", amount="5")])
+    try:
+        plan = plan_replay(sink, 0, 0, force=True)
+    finally:
+        sink.close()
+    assert plan.changes_again and plan.changing_columns == ("customers.amount",)
 
 
 def test_a_child_row_before_its_new_parent_lands_with_it(shop, config):

@@ -32,7 +32,8 @@ class ReplayPlan:
     rows: int
     changing_columns: tuple[str, ...]
     """The targets' columns whose merge mode changes them again when an acked batch
-    is applied again (``add``: merge/modes.py)."""
+    is applied again (``add``: merge/modes.py), as ``table.column`` with several
+    tables."""
 
     @property
     def changes_again(self) -> bool:
@@ -65,8 +66,9 @@ def plan_replay(
     wanted = range(first, last + 1)
     in_wal = [b for b in wanted if b in staged]
     apply = tuple(b for b in in_wal if force or b not in acked)
+    several = bool(instance.config.mysql.route_column)
     changing = tuple(
-        c
+        f"{t.table}.{c}" if several else c
         for t in instance.config.mysql.targets
         for c in t.merge
         if t.mode(c).reapplying_changes
