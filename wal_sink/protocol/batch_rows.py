@@ -315,7 +315,6 @@ class RowApplier:
             delete,
             versioned,
             deletes_may_fail(profile),
-            by_key,
             ByKeyWay(
                 by_key,
                 build_update(target, columns, mysql),
@@ -370,7 +369,11 @@ class _Statements:
     """A delete can be refused (a child row still referencing it, a trigger, or
     triggers this user cannot see): versioned CDC judges upserts after a run of
     deletes only once it is applied."""
-    by_key: ByKeyColumns = ()
-    """Columns whose merge mode takes values the upsert's INSERT cannot carry: a
-    row holding one goes by key (``by_key_way``)."""
     by_key_way: ByKeyWay | None = None
+    """How a row holding a value the upsert's INSERT cannot carry goes by key."""
+
+    @property
+    def by_key(self) -> ByKeyColumns:
+        """Columns whose merge mode takes values the upsert's INSERT cannot carry,
+        with those values (none without ``by_key_way``)."""
+        return () if self.by_key_way is None else self.by_key_way.columns
