@@ -126,10 +126,11 @@ class Storage:
 
     def filesystem(self, location: str) -> tuple[pafs.FileSystem, str]:
         """A pyarrow filesystem and the path inside it for ``location``."""
+        if location.startswith("file:"):
+            # file:///p, and file:/p as Hadoop qualifies a local path
+            return pafs.LocalFileSystem(), urlsplit(location).path
         if "://" not in location:
             return pafs.LocalFileSystem(), os.path.abspath(location)
-        if location.startswith("file://"):
-            return pafs.LocalFileSystem(), location[len("file://") :]
         if is_s3(location):
             return _s3_filesystem(self), location.split("://", 1)[1].rstrip("/")
         return pafs.FileSystem.from_uri(location)

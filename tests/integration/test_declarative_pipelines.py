@@ -117,3 +117,24 @@ def test_pipeline_killed_or_fully_refreshed_adds_each_file_once(db, pipeline, tm
     acks = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack ORDER BY 1")]
     assert acks == list(range(len(acks)))
     assert writer_epoch(state / "wal") == 2, "the killed run and the last one"
+
+
+def test_a_full_refresh_after_the_first_batch_is_refused(db, pipeline, tmp_path):
+    """The reset a batch id alone cannot show: the WAL holds exactly batch 0 when
+    the full refresh's new checkpoint delivers its own batch 0, which also covers a
+    file that arrived since. Taken as the staged batch 0 again, that file would
+    never be staged."""
+    state, log = tmp_path / "state", tmp_path / "pipeline.log"
+    follower = FollowerThread(pipeline.with_name("wal_sink.toml"))
+    (state / "landing" / "first.json").write_text('{"org": "a", "amount": "1.25"}\n')
+    first = PipelineRun(pipeline, log)
+    assert first.wait() == 0, first.tail()
+    (state / "landing" / "second.json").write_text('{"org": "b", "amount": "2.50"}\n')
+    last = refused_refresh_then_run(pipeline, log, state / "wal")
+    assert last.wait() == 0, last.tail()
+    follower.drain()
+    assert db.rows("SELECT org, amount FROM org_totals ORDER BY org") == [
+        ("a", Decimal("1.25")),
+        ("b", Decimal("2.50")),
+    ]
+    assert writer_epoch(state / "wal") == 2, "the first run and the last one"

@@ -6,6 +6,7 @@ and at most ``wal.max_pending`` batches wait for MySQL."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import datetime, timezone
@@ -56,6 +57,7 @@ def make_config(tmp_path, mysql: dict | None = None, **wal):
 def fresh_writers():
     """Each test opens its WALs anew (commit workers keep one writer per WAL)."""
     stage_commit._writers.clear()
+    stage_commit._checkpoint_ids.clear()
 
 
 def task_files(
@@ -248,6 +250,48 @@ def test_a_reset_checkpoint_is_refused(tmp_path):
     with pytest.raises(CheckpointResetError, match="reset or replaced"):
         stage(config, WriterRun("ds", "r2"), 0)  # a new checkpoint starts at 0
     assert DeltaTable(config.wal_path).transaction_version("ds") == 2
+
+
+def spark_checkpoint(tmp_path, name: str, query: str) -> str:
+    """A checkpoint directory as Spark starts one: its metadata file names the
+    query, for every later run from it."""
+    path = tmp_path / name
+    path.mkdir()
+    (path / "metadata").write_text(json.dumps({"id": query}) + "\n")
+    return str(path)
+
+
+def stage_from(config, run: WriterRun, checkpoint: str, batch_id: int):
+    return StageCommitter(config, run, checkpoint).commit(
+        batch_id, task_files(config, batch_id), SCHEMA
+    )
+
+
+def test_a_checkpoint_replaced_after_one_staged_batch_is_refused(tmp_path):
+    """A pipeline's full refresh right after the first batch: the new checkpoint's
+    batch 0 has the id of the staged one, and its batch 1 would read the source
+    again from the start. Only the checkpoint that staged batch 0 may deliver it
+    again (after a crash before Spark's commit log), and then go on."""
+    config = make_config(tmp_path, max_pending=10)
+    first = spark_checkpoint(tmp_path, "cp0", "query-0")
+    assert stage_from(config, WriterRun("ds", "r1"), first, 0).staged
+    second = spark_checkpoint(tmp_path, "cp1", "query-1")
+    with pytest.raises(CheckpointResetError, match="reset or replaced"):
+        stage_from(config, WriterRun("ds", "r2"), second, 0)
+    assert DeltaTable(config.wal_path).transaction_version("ds") == 0
+    again = WriterRun("ds", "r3")
+    assert not stage_from(config, again, first, 0).staged
+    assert stage_from(config, again, f"file:{first}", 1).staged  # as Hadoop says it
+
+
+def test_a_re_delivery_is_taken_when_the_checkpoint_cannot_be_named(tmp_path):
+    """No readable checkpoint (no checkpointLocation option, or a batch staged
+    before the WAL named checkpoints): a repeated batch id stays a re-delivery."""
+    config = make_config(tmp_path, max_pending=10)
+    assert stage_from(config, WriterRun("ds", "r1"), "/nowhere", 0).staged
+    named = spark_checkpoint(tmp_path, "cp", "query-0")
+    assert not stage_from(config, WriterRun("ds", "r2"), named, 0).staged
+    assert not stage_from(config, WriterRun("ds", "r3"), "/nowhere", 0).staged
 
 
 def test_batches_beyond_what_the_wal_and_follower_know_are_refused(tmp_path):

@@ -99,3 +99,10 @@ def test_s3_uris_are_named_for_each_side():
     assert spark_uri("s3://b/wal") == "s3a://b/wal"
     assert spark_uri("s3a://b/wal") == "s3a://b/wal"
     assert spark_uri("/tmp/wal") == "/tmp/wal"
+
+
+def test_a_local_path_may_come_as_a_file_uri_in_either_form():
+    """Spark passes a checkpointLocation as Hadoop qualified it: file:/p."""
+    for location in ("/tmp/cp", "file:/tmp/cp", "file:///tmp/cp"):
+        fs, path = Storage().filesystem(location)
+        assert isinstance(fs, pafs.LocalFileSystem) and path == "/tmp/cp", location

@@ -14,20 +14,12 @@ from __future__ import annotations
 import logging
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from wal_sink.config import Config
 from wal_sink.errors import first_line
-from wal_sink.storage import Storage, join
+from wal_sink.wal.spark_checkpoint import last_committed_batch
 
 log = logging.getLogger(__name__)
-
-
-def last_committed_batch(storage: Storage, checkpoint: str) -> int | None:
-    """Highest batch id in the checkpoint's commit log, or None when it has none."""
-    fs, root = storage.filesystem(join(checkpoint, "commits"))
-    found = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-    return max((int(f.base_name) for f in found if f.base_name.isdigit()), default=None)
 
 
 def committed_before_start(config: Config) -> tuple[str, int | None] | None:

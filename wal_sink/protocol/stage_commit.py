@@ -12,7 +12,12 @@ batch's one Delta commit, in order:
    the follower know (a reset or replaced checkpoint), nor more than one above (the
    WAL was lost, moved or pointed elsewhere: the batches between would never be
    applied). Spark calls commit again for the batch the WAL staged last after a
-   crash; that one is staged already and nothing is committed (I4).
+   crash; that one is staged already and nothing is committed (I4) — when the
+   same checkpoint staged it. A batch id alone cannot tell that re-delivery from a
+   new checkpoint's batch 0 right after one staged batch (a pipeline's full
+   refresh), whose next batches would read the source again from the start: each
+   commit records the checkpoint's query id (writer_run.py), and a batch staged
+   by another checkpoint is refused.
 4. Backpressure: at most ``wal.max_pending`` staged batches wait for MySQL, counted
    against the applied position the follower publishes (applied_position.py).
    While there is no room the commit, and the query with it, waits; when nothing
@@ -30,15 +35,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
 from wal_sink.config import Config
-from wal_sink.errors import CheckpointResetError, TerminalError, TransientError
+from wal_sink.errors import (
+    CheckpointResetError,
+    TerminalError,
+    TransientError,
+    first_line,
+)
 from wal_sink.protocol.recovery import check_checkpoint
 from wal_sink.storage import Storage, is_s3
 from wal_sink.wal.applied_position import AppliedPosition
+from wal_sink.wal.spark_checkpoint import query_id
 from wal_sink.wal.task_files import TaskFile, file_schema
 from wal_sink.wal.writer import WalWriter, WrittenFile
 from wal_sink.wal.writer_run import WriterRun
@@ -51,6 +62,7 @@ OBJECT_STORE_WAIT = 0.25
 
 _writers: dict[tuple[str, str, Storage], WalWriter] = {}
 _writers_lock = threading.Lock()
+_checkpoint_ids: dict[tuple[str, str], str | None] = {}
 
 
 def writer_for(location: str, sink_id: str, storage: Storage) -> WalWriter:
@@ -61,6 +73,35 @@ def writer_for(location: str, sink_id: str, storage: Storage) -> WalWriter:
         if key not in _writers:
             _writers[key] = WalWriter(location, sink_id, storage)
         return _writers[key]
+
+
+def checkpoint_id(
+    run: WriterRun, checkpoint: str | None, storage: Storage
+) -> str | None:
+    """The query id of ``checkpoint``, read once per query run; None (said once,
+    as a warning) when there is none to read."""
+    key = (run.token, checkpoint or "")
+    if key not in _checkpoint_ids:
+        found = None
+        if checkpoint is not None:
+            try:
+                found = query_id(storage, checkpoint)
+            except (OSError, pa.ArrowException) as e:
+                log.warning(
+                    "sink %s: cannot read %s/metadata: %s",
+                    run.sink_id,
+                    checkpoint,
+                    first_line(e),
+                )
+        if found is None:
+            log.warning(
+                "sink %s: the query's checkpoint id is unknown (no readable "
+                "checkpointLocation option): a checkpoint replaced right after its "
+                "first batch cannot be told from a re-delivery of that batch",
+                run.sink_id,
+            )
+        _checkpoint_ids[key] = found
+    return _checkpoint_ids[key]
 
 
 @dataclass(frozen=True)
@@ -88,7 +129,9 @@ class StageCommitter:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.config = config
-        self.run = run
+        self.run = replace(
+            run, checkpoint_id=checkpoint_id(run, checkpoint, config.storage)
+        )
         self.checkpoint = checkpoint or "the query's checkpointLocation"
         self.writer = writer_for(config.wal_path, config.sink.id, config.storage)
         self.position = AppliedPosition(config.wal_path, config.storage)
@@ -115,6 +158,7 @@ class StageCommitter:
         applied = self.position.read()
         self._check_batch_id(batch_id, staged, applied)
         if staged == batch_id:
+            self._check_redelivery(table, batch_id)
             return StageOutcome(False, 0, 0, self._pending(staged, applied), 0.0)
         # Step 4. Backpressure.
         started = self.clock()
@@ -163,6 +207,22 @@ class StageCommitter:
                 sink_id=self.sink_id,
                 batch_id=batch_id,
             )
+
+    def _check_redelivery(self, table, batch_id: int) -> None:
+        """Spark delivers the staged batch ``batch_id`` again: only its own
+        checkpoint may (see the module docstring, step 3)."""
+        if self.run.staged_by_this_checkpoint(table, batch_id) is not False:
+            return
+        raise CheckpointResetError(
+            f"the WAL holds batch {batch_id} staged from another checkpoint than "
+            f"{self.checkpoint!r} (query id {self.run.checkpoint_id}): the Spark "
+            "checkpoint was reset or replaced, and its batches would read the "
+            "source again from the start. Restore the original checkpoint, or start "
+            "over with a new sink.id and a wal.path of its own (or clear this "
+            "sink's WAL and ack rows)",
+            sink_id=self.sink_id,
+            batch_id=batch_id,
+        )
 
     @staticmethod
     def _pending(staged: int | None, applied: int | None) -> int:

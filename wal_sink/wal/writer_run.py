@@ -12,6 +12,12 @@ refuses one of the two and the loser re-checks on a fresh snapshot. A run whose
 epoch is no longer current (a zombie: an older query still running elsewhere with
 the same config) gets ``FencedError`` and stages nothing. No MySQL is involved: the
 Spark side needs no password.
+
+Each stage commit also names the checkpoint it came from, when the run knows its
+query id (spark_checkpoint.py): ``<sink>:checkpoint:<id>`` and ``<sink>:checkpointed``
+at the batch id. Spark delivers a staged batch again only from the checkpoint that
+planned it; a new checkpoint's batch 0 after exactly one staged batch has the same
+id as a re-delivery, and only these tell the two apart (I7).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ class WriterRun:
     sink_id: str
     token: str
     """Unique per query run (``':'`` never appears in a sink id)."""
+    checkpoint_id: str | None = None
+    """The query id of the run's checkpoint; None when it could not be read."""
 
     @property
     def writer_app(self) -> str:
@@ -36,6 +44,28 @@ class WriterRun:
     @property
     def run_app(self) -> str:
         return f"{self.sink_id}:run:{self.token}"
+
+    @property
+    def checkpoint_app(self) -> str | None:
+        if self.checkpoint_id is None:
+            return None
+        return f"{self.sink_id}:checkpoint:{self.checkpoint_id}"
+
+    @property
+    def checkpointed_app(self) -> str:
+        return f"{self.sink_id}:checkpointed"
+
+    def staged_by_this_checkpoint(
+        self, table: DeltaTable, batch_id: int
+    ) -> bool | None:
+        """Whether this run's checkpoint staged ``batch_id``, which ``table`` holds;
+        None when that cannot be told: this run's checkpoint id is unknown, or the
+        batch was staged without one (before the WAL recorded them)."""
+        if self.checkpoint_app is None:
+            return None
+        if table.transaction_version(self.checkpointed_app) != batch_id:
+            return None
+        return table.transaction_version(self.checkpoint_app) == batch_id
 
     def epoch(self, table: DeltaTable | None) -> int | None:
         """This run's writer epoch in ``table``'s snapshot; None before it took the
@@ -53,11 +83,13 @@ class WriterRun:
         """
         current = None if table is None else table.transaction_version(self.writer_app)
         mine = self.epoch(table)
+        named = self._checkpoint_transactions(batch_id)
         if mine is None:
             taken = (current or 0) + 1
             return [
                 Transaction(app_id=self.writer_app, version=taken),
                 Transaction(app_id=self.run_app, version=taken),
+                *named,
             ]
         if mine != current:
             raise FencedError(
@@ -67,4 +99,12 @@ class WriterRun:
                 sink_id=self.sink_id,
                 batch_id=batch_id,
             )
-        return [Transaction(app_id=self.writer_app, version=current)]
+        return [Transaction(app_id=self.writer_app, version=current), *named]
+
+    def _checkpoint_transactions(self, batch_id: int | None) -> list[Transaction]:
+        if self.checkpoint_app is None or batch_id is None:
+            return []
+        return [
+            Transaction(app_id=self.checkpoint_app, version=batch_id),
+            Transaction(app_id=self.checkpointed_app, version=batch_id),
+        ]
