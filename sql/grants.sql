@@ -21,6 +21,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON shop.wal_sink_retry TO 'sink'@'%';
 -- With [cdc] and mysql.version_column, the tombstone table of the target too
 -- (created beforehand as in sql/wal_sink_tables.sql), e.g. for a target `items`:
 -- GRANT SELECT, INSERT, UPDATE, DELETE ON shop.items_tombstones TO 'sink'@'%';
+-- and with cdc.truncate_values its truncate table:
+-- GRANT SELECT, INSERT, UPDATE ON shop.items_tombstones_truncate TO 'sink'@'%';
 -- Optional: TRIGGER on the target lets the sink see its triggers and refuse one that
 -- rewrites the columns the stream writes (without it the server hides them, and the
 -- sink says so at start). It also lets the user create and drop triggers there.

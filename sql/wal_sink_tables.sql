@@ -93,3 +93,14 @@ CREATE TABLE IF NOT EXISTS wal_sink_ack_tables (
 -- ) ENGINE=InnoDB COMMENT='wal_sink tombstones of items'
 -- 	SELECT '' AS _wal_sink_id, k, seq AS _wal_version,
 -- 	NOW(6) AS _wal_deleted_at FROM items WHERE FALSE;
+--
+-- With cdc.truncate_values, beside it the truncate table (the tombstone table's
+-- name + "_truncate"): one row per target, the newest truncate's version, which
+-- keeps older upserts out of the whole table:
+--
+-- CREATE TABLE IF NOT EXISTS items_tombstones_truncate (
+-- 	_wal_table VARCHAR(64) NOT NULL, _wal_sink_id VARCHAR(128) NOT NULL,
+-- 	_wal_truncated_at DATETIME(6) NOT NULL, PRIMARY KEY (_wal_table)
+-- ) ENGINE=InnoDB COMMENT='wal_sink truncates of items'
+-- 	SELECT '' AS _wal_table, '' AS _wal_sink_id, seq AS _wal_version,
+-- 	NOW(6) AS _wal_truncated_at FROM items WHERE FALSE;

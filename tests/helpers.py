@@ -29,6 +29,7 @@ from devtools.s3proxy import REGION
 from devtools.spark_job import JobProcess, job_env
 from wal_sink.config import Config, load_config
 from wal_sink.faults import ENV, InjectedFault
+from wal_sink.ops.quarantine_entries import list_entries
 from wal_sink.protocol.follower import Follower
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.spark.driver_stage import write_file
@@ -597,5 +598,14 @@ def apply_staged(
     sink = SinkInstance(config)
     try:
         return sink.recover()
+    finally:
+        sink.close()
+
+
+def open_reasons(config) -> list[str]:
+    """The reasons of the sink's open quarantine entries, in staged order."""
+    sink = SinkInstance(config)
+    try:
+        return [e.reason for e in list_entries(sink) if e.is_open]
     finally:
         sink.close()

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from tests.helpers import apply_staged as apply
+from tests.helpers import open_reasons
 from wal_sink.merge.modes import NULL
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.upsert import (
@@ -21,7 +22,6 @@ from wal_sink.mysql.upsert import (
     build_upsert,
     build_values_check,
 )
-from wal_sink.ops.quarantine_entries import list_entries
 from wal_sink.protocol.row_by_row import ByKeyWay, updating
 from wal_sink.protocol.sink_instance import SinkInstance
 
@@ -38,15 +38,6 @@ TABLE = (
 
 def row(k, label=None, n=None, req=None, v=None) -> dict:
     return {"k": k, "label": label, "n": n, "req": req, "v": v}
-
-
-def reasons(config) -> list[str]:
-    """The reasons of the open quarantine entries, in staged order."""
-    sink = SinkInstance(config)
-    try:
-        return [e.reason for e in list_entries(sink) if e.is_open]
-    finally:
-        sink.close()
 
 
 def stored(db) -> list[tuple]:
@@ -130,7 +121,7 @@ def test_a_null_for_a_not_null_column_keeps_it_and_a_new_key_is_set_aside(
     ]
     acks = db.rows("SELECT row_count, quarantined FROM wal_sink_ack ORDER BY batch_id")
     assert acks == [(2, 0), (2, 2)]
-    too_long, new_key = reasons(cfg)
+    too_long, new_key = open_reasons(cfg)
     assert too_long.startswith("MySQL error 1406") and "label" in too_long
     assert new_key.startswith("NULL in NOT NULL column(s) req: a new key takes")
     assert calls["local_infile"] == 2, "the chunk holding such NULLs went row by row"
@@ -177,7 +168,7 @@ def test_a_timestamp_not_null_keeps_its_value_and_a_new_key_is_set_aside(
     assert db.rows("SELECT k, UNIX_TIMESTAMP(at), n FROM t") == [
         (1, int(at.timestamp()), 2)
     ]
-    assert reasons(cfg) == [
+    assert open_reasons(cfg) == [
         "NULL in NOT NULL column(s) at: a new key takes its NULLs, which the column "
         "refuses (ignore_null_updates keeps the stored value of a key that has a "
         "row)"
@@ -205,7 +196,7 @@ def test_add_and_keep_columns_not_null_keep_their_values_too(db, fresh, config):
         ],
     )
     assert db.rows("SELECT k, made, total, label FROM t") == [(1, 7, 2, "c")]
-    assert reasons(cfg) == []
+    assert open_reasons(cfg) == []
 
 
 def test_a_row_another_writer_inserts_during_the_batch_is_found_by_key(

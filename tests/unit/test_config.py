@@ -80,6 +80,31 @@ def test_valid_config_loads_typed_values():
             "cdc.tombstone_retention",
         ),
         (
+            {
+                "mysql__version_column": None,
+                "cdc": {"op_column": "op", "order_by": "s", "truncate_values": ["t"]},
+            },
+            "cdc.truncate_values needs mysql.version_column",
+        ),
+        (
+            {
+                "cdc": {
+                    "op_column": "op",
+                    "order_by": "s",
+                    "delete_values": ["d", "t"],
+                    "truncate_values": ["t"],
+                }
+            },
+            "cdc.truncate_values and cdc.delete_values share",
+        ),
+        (
+            {
+                "mysql__tombstone_table": "t" * 60,
+                "cdc": {"op_column": "op", "order_by": "s", "truncate_values": ["t"]},
+            },
+            "leaves no room for the truncate table",
+        ),
+        (
             {"job": {"checkpoint": "c", "writer": "jdbc"}},
             "job.writer: Input should be 'foreach_batch' or 'datasource'",
         ),

@@ -165,6 +165,15 @@ class CdcConfig:
     tombstone_retention: DurationText = "7 days"
     """With mysql.version_column: how long a delete keeps older upserts of its key
     out (``wal-sink purge`` removes older tombstones)."""
+    truncate_values: tuple[Text, ...] = ()
+    """Values of ``op_column`` that truncate the record's table: every row whose
+    version is at or below the record's goes, and older upserts stay out (every
+    table needs ``mysql.version_column``)."""
+
+    @property
+    def removing(self) -> tuple[str, ...]:
+        """Ops that write no values: deletes and truncates."""
+        return (*self.delete_values, *self.truncate_values)
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -291,6 +300,23 @@ class Config:
                     f"{t.where}.tombstone_table: {t.tombstones!r} is longer than 64 "
                     "characters; name the tombstone table"
                 )
+        if self.cdc and self.cdc.truncate_values:
+            both = set(self.cdc.truncate_values) & set(self.cdc.delete_values)
+            if both:
+                raise ValueError(
+                    f"cdc.truncate_values and cdc.delete_values share {sorted(both)}"
+                )
+            for t in m.targets:
+                if not t.version_column:
+                    raise ValueError(
+                        f"cdc.truncate_values needs {t.where}.version_column: a "
+                        "truncate removes the rows at or below its version"
+                    )
+                if not IDENTIFIER.match(t.truncates):
+                    raise ValueError(
+                        f"{t.where}.tombstone_table: {t.tombstones!r} leaves no room "
+                        f"for the truncate table {t.truncates!r}; shorten it"
+                    )
         if self.cdc and m.route_column == self.cdc.op_column:
             raise ValueError("mysql.route_column cannot be cdc.op_column")
         for key, location in (

@@ -15,6 +15,7 @@ from wal_sink.config.values import SECTION, Identifier, Text
 from wal_sink.merge.modes import DEFAULT, MODES, MergeMode
 
 TOMBSTONE_SUFFIX = "_tombstones"
+TRUNCATE_SUFFIX = "_truncate"
 Policy = Literal[tuple(MODES)]  # type: ignore[valid-type]
 Conflicts = Literal["refuse", "quarantine"]
 
@@ -125,6 +126,12 @@ class Target:
     def tombstones(self) -> str:
         """The tombstone table's name (used with [cdc] and a version column)."""
         return self.tombstone_table or f"{self.table}{TOMBSTONE_SUFFIX}"
+
+    @property
+    def truncates(self) -> str:
+        """The table of its truncate tombstone, beside the tombstone table (used
+        with ``cdc.truncate_values``)."""
+        return f"{self.tombstones}{TRUNCATE_SUFFIX}"
 
     def mode(self, column: str) -> MergeMode:
         """The column's merge mode (``ignore_null_updates`` changes only columns

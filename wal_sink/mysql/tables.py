@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import (
     BigInteger,
     Column,
+    Connection,
     Engine,
     Index,
     MetaData,
@@ -55,6 +56,18 @@ class SinkTables:
     retry: Table
     ack_tables: Table | None = None
     """Per-table counts of each applied batch, with several tables."""
+
+
+def table_comment(conn: Connection, name: str) -> str:
+    """The comment of table ``name`` of the connection's database (the sink's
+    tables beside a target name the target in theirs)."""
+    return conn.execute(
+        text(
+            "SELECT TABLE_COMMENT FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
+        ),
+        {"t": name},
+    ).scalar_one()
 
 
 def sink_tables(mysql: MysqlConfig) -> SinkTables:

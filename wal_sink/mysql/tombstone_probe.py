@@ -7,8 +7,9 @@ match as the target's key does (collations, trailing spaces), versions compare a
 the target's version column. A window over the chunk, partitioned by key in staged
 order, finds the newest delete earlier in the chunk; a join with the tombstone
 table, read with locks, the newest recorded before — by any sink writing the
-target (tombstones.py). An upsert whose version is not
-newer than either is stale.
+target (tombstones.py); with truncates, a join with the truncate table the
+table's newest truncate (truncates.py). An upsert whose version is not newer than
+any of them is stale.
 
 MySQL converts a value that does not fit the column's type with a warning (a clipped
 number, a cut string) where an insert in strict mode fails. Rows whose values warn
@@ -35,6 +36,8 @@ from sqlalchemy import Connection, text
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.identifiers import quoted
 from wal_sink.mysql.tombstones import DELETED_AT, VERSION, Tombstones
+from wal_sink.mysql.truncates import TABLE as TRUNCATED_TABLE
+from wal_sink.mysql.truncates import VERSION as TRUNCATED_VERSION
 
 PLAIN_TYPES = frozenset(
     {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "float"}
@@ -65,8 +68,13 @@ class Document:
 class StaleProbe:
     """The stale-upsert read for one tombstone table, built once."""
 
-    def __init__(self, conn: Connection, tombstones: Tombstones) -> None:
+    def __init__(
+        self, conn: Connection, tombstones: Tombstones, truncates: str | None = None
+    ) -> None:
+        """``truncates``: the target's truncate table (truncates.py), whose
+        tombstone makes every upsert at or below it stale as well."""
         self.key = tombstones.key
+        self.target = tombstones.target
         self.version = tombstones.version
         quote = partial(quoted, conn.dialect)
         columns = _column_types(conn, tombstones.name)
@@ -95,9 +103,16 @@ class StaleProbe:
             "d INT PATH '$[0]', " + ", ".join(declared) + ")) AS j) AS s "
             f"LEFT JOIN {quote(tombstones.name)} AS tb ON "
             + on
+            + (
+                f" LEFT JOIN {quote(truncates)} AS tt ON tt.{TRUNCATED_TABLE} = :table"
+                if truncates
+                else ""
+            )
             + f" WHERE s.d = 0 AND (s.c0 <= tb.{VERSION} OR s.c0 <= s.earlier OR "
-            f"(s.c0 IS NULL AND (tb.{VERSION} IS NOT NULL OR s.earlier IS NOT NULL)))"
-            " FOR UPDATE"
+            + (f"s.c0 <= tt.{TRUNCATED_VERSION} OR " if truncates else "")
+            + f"(s.c0 IS NULL AND (tb.{VERSION} IS NOT NULL OR s.earlier IS NOT NULL"
+            + (f" OR tt.{TRUNCATED_VERSION} IS NOT NULL" if truncates else "")
+            + "))) FOR UPDATE"
         )
 
     def document(
@@ -146,7 +161,8 @@ class StaleProbe:
         such as a rounded decimal, is what an insert does too: not counted)."""
         if doc == "[]":
             return [], None
-        positions = list(conn.execute(self.sql, {"doc": doc}).scalars())
+        found = conn.execute(self.sql, {"doc": doc, "table": self.target})
+        positions = list(found.scalars())
         count = conn.exec_driver_sql("SHOW COUNT(*) WARNINGS").scalar_one()
         shown = conn.exec_driver_sql("SHOW WARNINGS").all()
         warnings = [

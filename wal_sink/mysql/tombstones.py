@@ -61,7 +61,8 @@ from wal_sink.errors import ConfigError, TerminalError, first_line
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.identifiers import quoted
 from wal_sink.mysql.named_lock import named_lock
-from wal_sink.mysql.tables import ACCESS_DENIED
+from wal_sink.mysql.tables import ACCESS_DENIED, table_comment
+from wal_sink.mysql.truncates import Truncates
 
 SINK = "_wal_sink_id"
 VERSION = "_wal_version"
@@ -114,11 +115,14 @@ def ensure_tombstones(
     engine: Engine, config: Config, targets: Sequence[Target]
 ) -> None:
     """The tombstone table of each of ``targets`` that keeps tombstones ([cdc] and
-    a version column) made or brought up to date: DDL, run at start and beside the
+    a version column) made or brought up to date, and its truncate table with
+    ``cdc.truncate_values``: DDL, run at start and beside the
     targets' own (target_ddl.py), before any batch's transaction."""
     for target in targets:
         if config.cdc and target.version_column:
             Tombstones(config, target).ensure(engine)
+            if config.cdc.truncate_values:
+                Truncates(config, target).ensure(engine)
 
 
 class Tombstones:
@@ -204,13 +208,7 @@ class Tombstones:
                 f"(no column {', '.join(missing)}); set {self.where}.tombstone_table "
                 "to another name"
             )
-        comment = conn.execute(
-            text(
-                "SELECT TABLE_COMMENT FROM information_schema.TABLES "
-                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
-            ),
-            {"t": self.name},
-        ).scalar_one()
+        comment = table_comment(conn, self.name)
         owner = comment.removeprefix(COMMENT.format(""))
         if owner != comment and owner != self.target:
             raise ConfigError(

@@ -60,7 +60,7 @@ from wal_sink.protocol.row_by_row import (
     updating,
 )
 from wal_sink.protocol.screen import Screen, Screened
-from wal_sink.protocol.versioned_cdc import VersionedCdc
+from wal_sink.protocol.versioned_cdc import Piece, VersionedCdc
 from wal_sink.wal.quarantine import Entry
 
 log = logging.getLogger(__name__)
@@ -158,10 +158,11 @@ class RowApplier:
         (by index) the screen left to set aside unless they are stale."""
         rows = deleted = skipped = 0
         bad: list[Entry] = []
-        for piece, stale, invalid in self._pieces(conn, found, chunk, late):
-            skipped += stale
-            bad += invalid
-            upserted, removed = self._apply_rows(conn, found, piece, bad)
+        for piece in self._pieces(conn, found, chunk, late):
+            skipped += piece.stale
+            bad += piece.set_aside
+            deleted += piece.truncated
+            upserted, removed = self._apply_rows(conn, found, piece.rows, bad)
             rows += upserted
             deleted += removed
         return AppliedRows(rows, deleted, skipped, bad)
@@ -172,7 +173,7 @@ class RowApplier:
         found: _Statements,
         chunk: pa.RecordBatch,
         late: dict[int, Entry],
-    ) -> Iterator[tuple[list[dict[str, Any]], int, list[Entry]]]:
+    ) -> Iterator[Piece]:
         """The chunk's rows as Python values, with how many were dropped as stale and
         the rows set aside doing so: whole, or with versioned CDC in pieces of one
         tombstone read each (each read once the piece before it is applied). The
@@ -180,13 +181,16 @@ class RowApplier:
         values = python_rows(chunk)
         held = {id(values[i]): entry for i, entry in late.items()}
         if found.versioned is None:
-            yield [v for v in values if id(v) not in held], 0, list(held.values())
+            yield Piece(
+                [v for v in values if id(v) not in held], 0, list(held.values())
+            )
             return
-        for kept, stale, invalid in found.versioned.pieces(
+        for piece in found.versioned.pieces(
             conn, values, cut_after_deletes=found.deletes_may_fail
         ):
-            judged = [held[id(r)] for r in kept if id(r) in held]
-            yield [r for r in kept if id(r) not in held], stale, invalid + judged
+            piece.set_aside += [held[id(r)] for r in piece.rows if id(r) in held]
+            piece.rows = [r for r in piece.rows if id(r) not in held]
+            yield piece
 
     def _apply_rows(
         self,

@@ -223,13 +223,14 @@ class BatchRows:
         return counts.result()
 
     def _segments(self, chunk: pa.RecordBatch) -> Iterator[tuple[bool, int, int]]:
-        """The chunk's stretches of upserts and of deletes: (deletes, start, rows)."""
+        """The chunk's stretches of upserts and of deletes (and truncates, which
+        go children first as deletes do): (deletes, start, rows)."""
         cdc = self.config.cdc
         if cdc is None or chunk.num_rows == 0:
             yield False, 0, chunk.num_rows
             return
         kinds = pc.fill_null(
-            pc.is_in(chunk.column(cdc.op_column), pa.array(cdc.delete_values)), False
+            pc.is_in(chunk.column(cdc.op_column), pa.array(cdc.removing)), False
         ).to_pylist()
         start = 0
         for i in range(1, len(kinds) + 1):

@@ -134,13 +134,13 @@ class Screen:
         return Screened(chunk.filter(keep), set_aside, read, marked)
 
     def _deletes(self, chunk: pa.RecordBatch) -> pa.Array | None:
-        """CDC rows that delete (and so send their key only), if any."""
+        """CDC rows that delete or truncate (and so send their key only), if any."""
         cdc = self.config.cdc
         if cdc is None or cdc.op_column not in chunk.schema.names:
             return None  # a stream without it is refused before anything is sent
         try:
             return pc.is_in(
-                chunk.column(cdc.op_column), value_set=pa.array(cdc.delete_values)
+                chunk.column(cdc.op_column), value_set=pa.array(cdc.removing)
             )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return None  # an op column of another type: counted as upserts
