@@ -2,7 +2,7 @@
 version s removes every row of its table at or below s (or without a version) in
 the batch's transaction, and an upsert at or below s stays out afterwards, in
 whatever batch it arrives; a truncate without a version or refused by a child row
-is set aside and removes nothing."""
+is set aside and removes nothing (a retry applies it once the child is gone)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from tests.helpers import REPO, open_reasons
 from tests.helpers import apply_staged as apply
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError
+from wal_sink.ops.quarantine_retry import plan_retry, run_retry
+from wal_sink.protocol.sink_instance import SinkInstance
 
 I64 = pa.int64()
 SCHEMA = pa.schema([("op", pa.string()), ("k", I64), ("n", I64), ("v", I64)])
@@ -94,6 +96,14 @@ def test_a_truncate_a_child_row_refuses_is_set_aside_whole(db, fresh, config):
     assert db.rows("SELECT k FROM t ORDER BY k") == [(1,), (2,), (3,)]
     assert [r.split(":")[0] for r in open_reasons(cfg)] == ["MySQL error 1451"]
     assert db.rows("SELECT * FROM t_tombstones_truncate") == []
+    db.execute("DELETE FROM c")  # the child goes: a retry truncates
+    sink = SinkInstance(cfg)
+    try:
+        assert [r.applied for r in run_retry(sink, plan_retry(sink))] == [1]
+    finally:
+        sink.close()
+    assert db.rows("SELECT k FROM t ORDER BY k") == []
+    assert db.rows("SELECT _wal_version FROM t_tombstones_truncate") == [(5,)]
 
 
 def test_debeziums_truncates_go_children_first_and_keep_older_events_out(
