@@ -105,6 +105,27 @@ def test_valid_config_loads_typed_values():
             "leaves no room for the truncate table",
         ),
         (
+            {"mysql__stored_as_scd_type": 2, "mysql__version_column": None},
+            "mysql.stored_as_scd_type = 2 needs mysql.version_column",
+        ),
+        (
+            {"mysql__stored_as_scd_type": 2},
+            "mysql.merge.amount: 'add' with stored_as_scd_type = 2",
+        ),
+        ({"mysql__stored_as_scd_type": 3}, "mysql.stored_as_scd_type"),
+        (
+            {"mysql__track_history_column_list": ["amount"]},
+            "need stored_as_scd_type = 2",
+        ),
+        (
+            {
+                "mysql__merge": {},
+                "mysql__stored_as_scd_type": 2,
+                "mysql__track_history_except_column_list": ["seq"],
+            },
+            "'seq' is a key or the version column",
+        ),
+        (
             {"job": {"checkpoint": "c", "writer": "jdbc"}},
             "job.writer: Input should be 'foreach_batch' or 'datasource'",
         ),

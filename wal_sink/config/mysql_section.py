@@ -14,9 +14,11 @@ from wal_sink.config.table_section import (
     Conflicts,
     Key,
     Policy,
+    ScdType,
     TableConfig,
     Target,
     check_excepted,
+    check_history,
     check_policies,
 )
 from wal_sink.config.values import (
@@ -50,6 +52,13 @@ class MysqlConfig:
     update); a new key takes the NULL."""
     except_columns: tuple[Identifier, ...] = ()
     """Stream columns the table never takes (the single-table form)."""
+    stored_as_scd_type: ScdType = 1
+    """1: a row per key, as the newest record says; 2: a history, a row per
+    version of the key (__START_AT, __END_AT), ordered by version_column."""
+    track_history_column_list: tuple[Identifier, ...] | None = None
+    """Type 2: the columns whose change opens a new version (default: all)."""
+    track_history_except_column_list: tuple[Identifier, ...] = ()
+    """Type 2: the columns whose change does not open a new version."""
     unique_conflicts: Conflicts = "refuse"
     """Another unique index the stream writes: refuse to start, or set aside records
     that would reach another row through it."""
@@ -130,6 +139,9 @@ class MysqlConfig:
                     "mysql",
                     self.ignore_null_updates,
                     self.except_columns,
+                    self.stored_as_scd_type,
+                    self.track_history_column_list,
+                    self.track_history_except_column_list,
                 ),
             )
         return tuple(
@@ -145,6 +157,9 @@ class MysqlConfig:
                 f"mysql.tables.{name}",
                 t.ignore_null_updates,
                 t.except_columns,
+                t.stored_as_scd_type,
+                t.track_history_column_list,
+                t.track_history_except_column_list,
             )
             for name, t in self.tables.items()
         )
@@ -173,6 +188,12 @@ class MysqlConfig:
                 ("tombstone_table", self.tombstone_table),
                 ("ignore_null_updates", self.ignore_null_updates),
                 ("except_columns", self.except_columns),
+                ("stored_as_scd_type", self.stored_as_scd_type != 1),
+                ("track_history_column_list", self.track_history_column_list),
+                (
+                    "track_history_except_column_list",
+                    self.track_history_except_column_list,
+                ),
             )
             if v
         }
@@ -196,6 +217,7 @@ class MysqlConfig:
             )
         check_policies(self.key, self.merge, self.version_column, "mysql.")
         check_excepted(self.except_columns, self.key, self.merge, self.version_column)
+        check_history(self, "mysql.")
         return self
 
     def _check_tables(self) -> None:

@@ -307,6 +307,11 @@ class Config:
                     f"cdc.truncate_values and cdc.delete_values share {sorted(both)}"
                 )
             for t in m.targets:
+                if t.scd_type == 2:
+                    raise ValueError(
+                        f"cdc.truncate_values with {t.where}.stored_as_scd_type = 2: "
+                        "a truncate of a history is not defined"
+                    )
                 if not t.version_column:
                     raise ValueError(
                         f"cdc.truncate_values needs {t.where}.version_column: a "

@@ -6,7 +6,7 @@ several tables")."""
 from __future__ import annotations
 
 from dataclasses import dataclass as plain_dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic.dataclasses import dataclass
@@ -18,6 +18,9 @@ TOMBSTONE_SUFFIX = "_tombstones"
 TRUNCATE_SUFFIX = "_truncate"
 Policy = Literal[tuple(MODES)]  # type: ignore[valid-type]
 Conflicts = Literal["refuse", "quarantine"]
+ScdType = Literal[1, 2]
+START_AT = "__START_AT"
+END_AT = "__END_AT"
 
 
 def one_or_many(value: Any) -> Any:
@@ -54,14 +57,70 @@ class TableConfig:
     route: Text | None = None
     """The value of mysql.route_column meaning this table (default: the section's
     name; Debezium's topic names hold dots, which a section name cannot)."""
+    stored_as_scd_type: ScdType = 1
+    """1: a row per key, as the newest record says; 2: a history, a row per
+    version of the key (__START_AT, __END_AT), ordered by version_column."""
+    track_history_column_list: tuple[Identifier, ...] | None = None
+    """Type 2: the columns whose change opens a new version (default: all)."""
+    track_history_except_column_list: tuple[Identifier, ...] = ()
+    """Type 2: the columns whose change does not open a new version."""
 
     @model_validator(mode="after")
     def _policies(self) -> TableConfig:
         check_policies(self.key, self.merge, self.version_column, "")
         check_excepted(self.except_columns, self.key, self.merge, self.version_column)
+        check_history(self, "")
         if self.columns is not None and self.except_columns:
             raise ValueError("give columns or except_columns, not both")
         return self
+
+
+class HistorySettings(Protocol):
+    key: Any
+    merge: dict[str, str]
+    version_column: str | None
+    stored_as_scd_type: int
+    track_history_column_list: tuple[str, ...] | None
+    track_history_except_column_list: tuple[str, ...]
+
+
+def check_history(settings: HistorySettings, where: str) -> None:
+    """Type 2 needs a version column and takes values as they are (no add or
+    keep: a history holds each version's values, not a sum); the tracked-column
+    lists belong to type 2, one of them, naming data columns."""
+    tracked = settings.track_history_column_list
+    untracked = settings.track_history_except_column_list
+    if settings.stored_as_scd_type == 1:
+        if tracked is not None or untracked:
+            raise ValueError(
+                f"{where}track_history_column_list and "
+                "track_history_except_column_list need stored_as_scd_type = 2"
+            )
+        return
+    if not settings.version_column:
+        raise ValueError(
+            f"{where}stored_as_scd_type = 2 needs {where}version_column: the "
+            "history is ordered by it"
+        )
+    modes = {c: m for c, m in settings.merge.items() if m != DEFAULT}
+    if modes:
+        column, mode = next(iter(modes.items()))
+        raise ValueError(
+            f"{where}merge.{column}: {mode!r} with stored_as_scd_type = 2; a "
+            "history keeps each version's values (overwrite only)"
+        )
+    if tracked is not None and untracked:
+        raise ValueError(
+            f"{where}give track_history_column_list or "
+            "track_history_except_column_list, not both"
+        )
+    needed = {c.lower() for c in (*settings.key, settings.version_column)}
+    for column in (*(tracked or ()), *untracked):
+        if column.lower() in needed:
+            raise ValueError(
+                f"{where}track_history: {column!r} is a key or the version column; "
+                "only data columns are tracked"
+            )
 
 
 def check_policies(
@@ -121,6 +180,20 @@ class Target:
     ignore_null_updates: bool = False
     except_columns: tuple[str, ...] = ()
     """Stream columns it never takes."""
+    scd_type: int = 1
+    tracked: tuple[str, ...] | None = None
+    """Type 2: the columns whose change opens a version (None: every one but…)."""
+    untracked: tuple[str, ...] = ()
+    """Type 2: the columns whose change does not open a version."""
+
+    def tracks(self, column: str) -> bool:
+        """Type 2: whether a change of ``column`` opens a new version (the
+        version column's never does: it changes with every record)."""
+        if column.lower() == (self.version_column or "").lower():
+            return False
+        if self.tracked is not None:
+            return column.lower() in {c.lower() for c in self.tracked}
+        return column.lower() not in {c.lower() for c in self.untracked}
 
     @property
     def tombstones(self) -> str:

@@ -12,6 +12,7 @@ from sqlalchemy.types import Date, DateTime, Float, Integer, Numeric, Time
 from wal_sink.config import Config, Target
 from wal_sink.config.spelling import Spelling, spelled_target
 from wal_sink.errors import ConfigError
+from wal_sink.mysql.history import check_history_table
 from wal_sink.mysql.multi_row import MAX_STATEMENT_BYTES
 from wal_sink.mysql.tombstone_checks import refuse_unguarded
 from wal_sink.mysql.write_checks import check_writes, visibility_warnings
@@ -42,10 +43,14 @@ def preflight(
     The config's names match the table's ignoring case, as MySQL's do."""
     target = spelled_target(target, Spelling(table.c.keys()))
     with engine.connect() as conn:
-        _check_key(conn, target, table)
+        if target.scd_type == 2:
+            check_history_table(conn, target)
+        else:
+            _check_key(conn, target, table)
         _check_columns(target, table)
         profile = check_writes(conn, config, target, stream_columns)
-        refuse_unguarded(conn, config, target)
+        if target.scd_type == 1:
+            refuse_unguarded(conn, config, target)
         _check_strict(conn)
         _check_packet(conn)
         warnings = _durability_warnings(conn) + visibility_warnings(profile)

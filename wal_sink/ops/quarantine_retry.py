@@ -46,7 +46,7 @@ from wal_sink.mysql.preflight import preflight
 from wal_sink.mysql.retry_state import FAILED, RETRIED, RetryState
 from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
-from wal_sink.mysql.tombstones import ensure_tombstones
+from wal_sink.mysql.tombstones import ensure_side_tables
 from wal_sink.ops.quarantine_entries import ROW, list_entries
 from wal_sink.protocol.retry import OutageBudget
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -135,7 +135,7 @@ class QuarantineRetry:
                 table = reflect_target(engine, target.table)
                 preflight(engine, self.config, target, table)
             init_db(engine, self.config.mysql)
-            ensure_tombstones(engine, self.config, self.config.mysql.targets)
+            ensure_side_tables(engine, self.config, self.config.mysql.targets)
         except DBAPIError as e:
             raise mysql_error(e, sink_id=self.sink.sink_id) from e
 

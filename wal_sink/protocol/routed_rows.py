@@ -47,6 +47,7 @@ from wal_sink.mysql.table_order import parents_first
 from wal_sink.mysql.target_profile import read_columns
 from wal_sink.protocol.batch_rows import ChunkCallback, RowApplier
 from wal_sink.protocol.chunk_path import AppliedRows
+from wal_sink.protocol.history_rows import HistoryApplier
 from wal_sink.protocol.table_columns import in_spelling, renamed, tables_columns
 from wal_sink.wal.model import StagedBatch
 from wal_sink.wal.quarantine import Entry
@@ -80,7 +81,7 @@ class BatchRows:
         self.wal = wal
         self.targets = {t.table: t for t in config.mysql.targets}
         self.appliers = {
-            t: RowApplier(config, target, engine) for t, target in self.targets.items()
+            t: applier_for(config, target, engine) for t, target in self.targets.items()
         }
         self.route_column = config.mysql.route_column
         self._by_route = {a.mysql.route: a for a in self.appliers.values()}
@@ -119,7 +120,7 @@ class BatchRows:
                 spelled = spelled_target(target, spelling)
                 if _named(config, spelled) != _named(*self._made(table)):
                     self.appliers[table].close()
-                    self.appliers[table] = RowApplier(config, spelled, self.engine)
+                    self.appliers[table] = applier_for(config, spelled, self.engine)
             self._by_route = {a.mysql.route: a for a in self.appliers.values()}
         return self._spellings
 
@@ -391,6 +392,15 @@ class _Counts:
             set_aside=self.set_aside,
             tables=dict(self.tables),
         )
+
+
+def applier_for(
+    config: Config, target: Target, engine: Engine
+) -> RowApplier | HistoryApplier:
+    """The applier of ``target``: a row per key, or a history (type 2)."""
+    if target.scd_type == 2:
+        return HistoryApplier(config, target, engine)
+    return RowApplier(config, target, engine)
 
 
 def _named(config: Config, target: Target) -> tuple[object, ...]:

@@ -29,7 +29,7 @@ from wal_sink.mysql.tables import init_db
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.target_profile import read_profile
 from wal_sink.mysql.tombstone_checks import refuse_shared
-from wal_sink.mysql.tombstones import ensure_tombstones
+from wal_sink.mysql.tombstones import ensure_side_tables
 from wal_sink.mysql.value_fit import Fit, roles_of, say_warnings, table_fit
 from wal_sink.mysql.write_checks import check_writes, refuse_lacking
 from wal_sink.protocol.committer import CommitResult, Committer
@@ -316,7 +316,7 @@ class SinkInstance:
                 preflight(self.engine, config, target, table, received[target.table])
             self._checked_columns.add(frozenset(self.stream_columns))
             init_db(self.engine, config.mysql)
-            ensure_tombstones(self.engine, config, targets)
+            ensure_side_tables(self.engine, config, targets)
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)
             with self.engine.connect() as conn:
                 self.known = known_batches(conn, self.acks, self.wal)

@@ -23,7 +23,7 @@ from wal_sink.config.spelling import Spelling, not_excepted, spelled_target
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.table_ddl import TablePlan, plan_table, run_plan, table_columns
-from wal_sink.mysql.tombstones import ensure_tombstones
+from wal_sink.mysql.tombstones import ensure_side_tables
 from wal_sink.wal.reader import WalReader
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ def prepare_targets(
             for statement in done:
                 log.info("sink %s: %s", config.sink.id, statement)
             if done:  # its tombstone table with it, not in a batch's transaction
-                ensure_tombstones(engine, config, [target])
+                ensure_side_tables(engine, config, [target])
         plans.append(plan)
     return plans
 

@@ -1,0 +1,127 @@
+"""The tables of a type 2 target (``stored_as_scd_type = 2``): the history table
+(the target: a row per version of a key, ``__START_AT`` and ``__END_AT``, its
+primary key the key and ``__START_AT``) and, beside it, the events table that keeps
+every event applied, from which each touched key's history is computed again
+(merge/history.py says why the events are needed).
+
+The events table (``<table>_events``) is made at start with ``CREATE TABLE …
+SELECT`` from the history table, so its key and data columns have the history's
+types and collations, plus ``_wal_sequence`` (of ``__START_AT``'s type), ``_wal_op``
+(``U`` or ``D``) and ``_wal_applied_by`` (the chunk that first applied the event);
+its primary key is (key, ``_wal_sequence``, ``_wal_op``): an event seen again is
+one row. Columns the history gains later are added at the next start.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy import inspect as inspect_db
+
+from wal_sink.config import Target
+from wal_sink.config.spelling import Spelling
+from wal_sink.config.table_section import END_AT, START_AT
+from wal_sink.errors import ConfigError
+from wal_sink.mysql.identifiers import quoted
+from wal_sink.mysql.tables import table_comment
+
+EVENTS_SUFFIX = "_events"
+SEQUENCE = "_wal_sequence"
+OP = "_wal_op"
+APPLIED_BY = "_wal_applied_by"
+UPSERT, DELETE = "U", "D"
+COMMENT = "wal_sink events of {}"
+
+
+def events_table(target: Target) -> str:
+    return f"{target.table}{EVENTS_SUFFIX}"
+
+
+def check_history_table(conn: Connection, target: Target) -> None:
+    """Refuse (ConfigError, one line) a target of type 2 whose shape is not a
+    history's: ``__START_AT`` and ``__END_AT``, and the primary key (key…,
+    ``__START_AT``)."""
+    inspector = inspect_db(conn)
+    columns = Spelling(c["name"] for c in inspector.get_columns(target.table))
+    primary = [
+        c.lower()
+        for c in inspector.get_pk_constraint(target.table)["constrained_columns"]
+    ]
+    wanted = [c.lower() for c in (*target.key, START_AT)]
+    if START_AT in columns and END_AT in columns and primary == wanted:
+        return
+    raise ConfigError(
+        f"table {target.table!r} is not a history table for {target.where}."
+        f"stored_as_scd_type = 2: it needs columns {START_AT} and {END_AT} (of the "
+        f"version column's type) and the primary key ({', '.join(target.key)}, "
+        f"{START_AT}) (its primary key: ({', '.join(primary) or 'none'}))"
+    )
+
+
+def ensure_events(engine: Engine, target: Target) -> None:
+    """Create the events table of ``target`` if it does not exist, and add the
+    history's columns it lacks: DDL, at start, never in a batch."""
+    name = events_table(target)
+    with engine.connect() as conn:
+        quote = partial(quoted, conn.dialect)
+        inspector = inspect_db(conn)
+        history = inspector.get_columns(target.table)
+        data = [c["name"] for c in history if c["name"] not in (START_AT, END_AT)]
+        if not inspector.has_table(name):
+            keys = ", ".join(quote(k) for k in target.key)
+            conn.execute(
+                text(
+                    f"CREATE TABLE {quote(name)} ({OP} CHAR(1) NOT NULL, "
+                    f"{APPLIED_BY} CHAR(32) NOT NULL, "
+                    f"PRIMARY KEY ({keys}, {SEQUENCE}, {OP})) ENGINE=InnoDB "
+                    f"COMMENT='{COMMENT.format(target.table)}' SELECT "
+                    + ", ".join(quote(c) for c in data)
+                    + f", {quote(START_AT)} AS {SEQUENCE}, '' AS {OP}, '' AS "
+                    f"{APPLIED_BY} FROM {quote(target.table)} WHERE FALSE"
+                )
+            )
+            keyed = {k.lower() for k in target.key}
+            for c in history:
+                if c["name"] in data and not c["nullable"] and (
+                    c["name"].lower() not in keyed
+                ):
+                    # a delete's event has no values
+                    definition = _nullable(conn, target.table, c["name"])
+                    conn.execute(
+                        text(
+                            f"ALTER TABLE {quote(name)} MODIFY {quote(c['name'])} "
+                            f"{definition}"
+                        )
+                    )
+            return
+        if table_comment(conn, name) != COMMENT.format(target.table):
+            raise ConfigError(
+                f"table {name} is not the events table of {target.table}; rename "
+                "it: a history table's events are kept under that name"
+            )
+        have = Spelling(c["name"] for c in inspector.get_columns(name))
+        for column in data:
+            if column not in have:
+                definition = _nullable(conn, target.table, column)
+                conn.execute(
+                    text(
+                        f"ALTER TABLE {quote(name)} ADD COLUMN {quote(column)} "
+                        f"{definition}"
+                    )
+                )
+
+
+def _nullable(conn: Connection, table: str, column: str) -> str:
+    """``column``'s type in ``table`` (with its character set and collation),
+    NULL allowed."""
+    kind, charset, collation = conn.execute(
+        text(
+            "SELECT COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME FROM "
+            "information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND "
+            "TABLE_NAME = :t AND COLUMN_NAME = :c"
+        ),
+        {"t": table, "c": column},
+    ).one()
+    text_type = f" CHARACTER SET {charset} COLLATE {collation}" if collation else ""
+    return f"{kind}{text_type} NULL"

@@ -1,0 +1,217 @@
+"""Applying a staged batch's rows to a type 2 target (``stored_as_scd_type = 2``),
+inside the batch's transaction, chunk by chunk (docs/merge.md, "History"):
+
+1. each record becomes an event in the events table (mysql/history.py): an upsert
+   with its values, a ``[cdc]`` delete with its key; an event already there (a
+   replay, a retried batch) is not added again and counts as skipped. A record
+   without a key or a version, or one MySQL refuses, is set aside;
+2. every event of each key the chunk touched is read back, with locks, as MySQL
+   stores it, and the key's history computed again from them (merge/history.py);
+3. the key's rows in the history table are replaced by that history.
+
+So a key's history is always the function of its events, whatever order they
+came in. The history table takes the stream's columns; others keep their defaults.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from sqlalchemy import (
+    Connection,
+    Engine,
+    MetaData,
+    Table,
+    delete,
+    func,
+    select,
+    tuple_,
+)
+from sqlalchemy.dialects.mysql import insert
+from sqlalchemy.exc import NoSuchTableError
+
+from wal_sink.config import Config, Target
+from wal_sink.config.table_section import END_AT, START_AT
+from wal_sink.errors import TerminalError
+from wal_sink.merge.history import Event, records
+from wal_sink.mysql.history import (
+    APPLIED_BY,
+    DELETE,
+    OP,
+    SEQUENCE,
+    UPSERT,
+    events_table,
+)
+from wal_sink.mysql.target import reflect_target
+from wal_sink.protocol.batch_rows import ChunkCallback
+from wal_sink.protocol.chunk_path import AppliedRows
+from wal_sink.protocol.chunk_stream import coalesced
+from wal_sink.protocol.row_by_row import drop_null_keys, isolating, python_rows
+from wal_sink.wal.quarantine import Entry
+
+RANK = "_wal_key_rank"
+
+
+class HistoryApplier:
+    """Applies rows to one type 2 target (``target``)."""
+
+    def __init__(self, config: Config, target: Target, engine: Engine) -> None:
+        self.config = config
+        self.mysql = target
+        self.engine = engine
+        self._target: Table | None = None
+        self._events: Table | None = None
+
+    def refresh(self) -> None:
+        """Forget the reflected tables (their DDL changed them)."""
+        self._target = self._events = None
+
+    def close(self) -> None:
+        """Nothing to end: no thread of its own."""
+
+    def target(self) -> Table:
+        """The reflected history table (once)."""
+        if self._target is None:
+            self._target = reflect_target(self.engine, self.mysql.table)
+        return self._target
+
+    def events(self, conn: Connection) -> Table:
+        """The events table as it is, read on the batch's connection (made at
+        start: no DDL in a batch)."""
+        if self._events is None:
+            try:
+                self._events = Table(
+                    events_table(self.mysql), MetaData(), autoload_with=conn
+                )
+            except NoSuchTableError:
+                raise TerminalError(
+                    f"the events table {events_table(self.mysql)} is gone; the "
+                    "next start makes it again",
+                    table=self.mysql.table,
+                ) from None
+        return self._events
+
+    def apply_chunks(
+        self,
+        conn: Connection,
+        chunks: Iterator[pa.RecordBatch],
+        total: int,
+        on_chunk: ChunkCallback | None = None,
+        stream: Sequence[str] | None = None,
+    ) -> AppliedRows:
+        """Apply ``chunks`` (``total`` rows) in order, as a staged batch's."""
+        upserted = deleted = skipped = done = 0
+        bad: list[Entry] = []
+        for chunk in coalesced(chunks, self.config.wal.chunk_rows):
+            applied = self._chunk(conn, python_rows(chunk), chunk.schema.names)
+            upserted += applied.upserted
+            deleted += applied.deleted
+            skipped += applied.skipped
+            bad += applied.set_aside
+            done += chunk.num_rows
+            if on_chunk is not None:
+                on_chunk(done, total)
+        return AppliedRows(upserted, deleted, skipped, bad)
+
+    def _chunk(
+        self,
+        conn: Connection,
+        rows: list[dict[str, Any]],
+        names: list[str],
+    ) -> AppliedRows:
+        mysql, cdc = self.mysql, self.config.cdc
+        events = self.events(conn)
+        written = [n for n in names if n in events.c and n not in (SEQUENCE, OP)]
+        token = uuid.uuid4().hex
+        bad: list[Entry] = []
+        rows = drop_null_keys(rows, mysql.key, bad)
+        recorded: dict[int, dict[str, Any]] = {}
+        params = []
+        for row in rows:
+            version = row.get(mysql.version_column)
+            if version is None:
+                reason = f"a history record needs a version ({mysql.version_column} "
+                bad.append(Entry(row, reason + "is NULL)"))
+                continue
+            removes = cdc is not None and row.get(cdc.op_column) in cdc.delete_values
+            event = {
+                # a delete's event has its key only (one statement for all)
+                **{c: None if removes else row.get(c) for c in written},
+                **{k: row[k] for k in mysql.key},
+                SEQUENCE: version,
+                OP: DELETE if removes else UPSERT,
+                APPLIED_BY: token,
+            }
+            recorded[id(event)] = row
+            params.append(event)
+        before = len(bad)
+        stmt = insert(events).on_duplicate_key_update({OP: events.c[OP]})
+        isolating(conn, stmt, params, bad)
+        bad[before:] = [Entry(recorded[id(e.record)], e.reason) for e in bad[before:]]
+        refused = {id(e.record) for e in bad}
+        keys = {
+            tuple(e[k] for k in mysql.key)
+            for e in params
+            if id(recorded[id(e)]) not in refused
+        }
+        if not keys:
+            return AppliedRows(set_aside=bad)
+        new = self._rewrite(conn, events, sorted(keys, key=repr), written, token)
+        repeated = len(params) - len(bad[before:]) - sum(new.values())
+        return AppliedRows(new[UPSERT], new[DELETE], repeated, bad)
+
+    def _rewrite(
+        self,
+        conn: Connection,
+        events: Table,
+        keys: list[tuple[Any, ...]],
+        written: list[str],
+        token: str,
+    ) -> dict[str, int]:
+        """Compute the history of ``keys`` from all their events and replace their
+        rows; returns how many events of each op this chunk added."""
+        mysql = self.mysql
+        history = self.target()
+        key_columns = [events.c[k] for k in mysql.key]
+        # one key as the server compares keys ('A' and 'a' under a
+        # case-insensitive collation): its rank
+        rank = func.dense_rank().over(order_by=key_columns).label(RANK)
+        group = (
+            select(*events.c, rank)
+            .where(tuple_(*key_columns).in_(keys))
+            .with_for_update()
+        )
+        data = [c for c in written if c not in mysql.key]
+        by_key: dict[int, list[dict[str, Any]]] = {}
+        new = {UPSERT: 0, DELETE: 0}
+        for row in conn.execute(group).mappings():
+            by_key.setdefault(row[RANK], []).append(dict(row))
+            if row[APPLIED_BY] == token:
+                new[row[OP]] += 1
+        table_keys = [history.c[k] for k in mysql.key]
+        conn.execute(delete(history).where(tuple_(*table_keys).in_(keys)))
+        rows = []
+        for found in by_key.values():
+            first = min(found, key=lambda e: e[SEQUENCE])
+            for record in records(
+                (
+                    Event(e[SEQUENCE], e[OP] == DELETE, {c: e[c] for c in data})
+                    for e in found
+                ),
+                mysql.tracks,
+                mysql.ignore_null_updates,
+            ):
+                rows.append(
+                    {
+                        **{k: first[k] for k in mysql.key},
+                        **record.values,
+                        START_AT: record.start,
+                        END_AT: record.end,
+                    }
+                )
+        if rows:
+            conn.execute(insert(history), rows)
+        return new
