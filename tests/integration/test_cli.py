@@ -118,6 +118,7 @@ def test_status_json_is_stable_and_exits_zero_every_time(wal_state):
             "rows_quarantined": 0,
             "rows_skipped": 0,
             "tombstones": None,
+            "history_events": None,
         }
     }, "one table: its counts are the ack rows'"
     for other in others:

@@ -11,10 +11,16 @@ import random
 
 import pyarrow as pa
 import pytest
+from rich.console import Console
 
 from tests.helpers import apply_staged as apply
 from tests.helpers import open_reasons
+from wal_sink.cli.render import status_table
+from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError
+from wal_sink.ops.quarantine_retry import plan_retry, run_retry
+from wal_sink.ops.status import collect_status
+from wal_sink.protocol.sink_instance import SinkInstance
 
 I64 = pa.int64()
 SCHEMA = pa.schema(
@@ -130,3 +136,102 @@ def test_a_table_that_is_not_a_history_is_refused_at_start(db, fresh, config):
     cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
     with pytest.raises(ConfigError, match="is not a history table"):
         apply(cfg, SCHEMA, [up(1, "a", 1, 1)])
+
+
+def test_auto_create_makes_a_history_table(db, fresh, config):
+    fresh()
+    cfg = config(
+        "h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2, auto_create=True
+    )
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1)], [up(1, "b", 2, 2)])
+    assert history(db) == [(1, "a", 1, 1, 1, 2), (1, "b", 2, 2, 2, None)]
+    primary = db.rows(
+        "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE "
+        "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'h' AND CONSTRAINT_NAME = "
+        "'PRIMARY' ORDER BY ORDINAL_POSITION"
+    )
+    assert primary == [("k",), ("__START_AT",)]
+
+
+def test_values_the_history_cannot_hold_are_set_aside(db, fresh, config):
+    """A NULL for a NOT NULL column (the events table takes it, the history
+    would not) and a label too long: set aside, the rest applied."""
+    fresh(TABLE.replace("n BIGINT", "n BIGINT NOT NULL"))
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(
+        cfg,
+        SCHEMA,
+        [up(1, "a", None, 1), up(2, "far too long", 1, 1), up(3, "c", 1, 1)],
+        [gone(3, 2)],  # its event holds no n: the events table takes the NULL
+    )
+    assert history(db) == [(3, "c", 1, 1, 1, 2)]
+    first, second = open_reasons(cfg)
+    assert first == "NULL in NOT NULL column(s) n"
+    assert second.startswith("MySQL error 1406")
+
+
+def test_a_history_and_a_table_of_one_row_per_key_in_one_stream(db, fresh, tmp_path):
+    """Routed: h keeps the history, t the newest record; one transaction."""
+    fresh(TABLE, "CREATE TABLE t (k BIGINT PRIMARY KEY, label VARCHAR(8), v BIGINT)")
+    cfg = config_from_dict(
+        {
+            "sink": {"id": "s1"},
+            "wal": {"path": str(tmp_path / "wal")},
+            "mysql": {
+                "url": db.url,
+                "route_column": "tbl",
+                "tables": {
+                    "h": {"key": ["k"], "version_column": "v", "stored_as_scd_type": 2},
+                    "t": {
+                        "key": ["k"],
+                        "version_column": "v",
+                        "columns": ["k", "label", "v"],
+                    },
+                },
+            },
+            "cdc": CDC,
+        },
+        base_dir=tmp_path,
+    )
+    schema = pa.schema([("tbl", pa.string()), *SCHEMA])
+    both = [{"tbl": t, **r} for r in (up(1, "a", 1, 1), up(1, "b", 2, 2)) for t in "ht"]
+    apply(cfg, schema, both, [{"tbl": "h", **gone(1, 3)}, {"tbl": "t", **gone(1, 3)}])
+    assert history(db) == [(1, "a", 1, 1, 1, 2), (1, "b", 2, 2, 2, 3)]
+    assert db.rows("SELECT * FROM t") == []
+    assert db.rows(
+        "SELECT batch_id, table_name, row_count, deleted_count FROM "
+        "wal_sink_ack_tables ORDER BY 1, 2"
+    ) == [(0, "h", 2, 0), (0, "t", 2, 0), (1, "h", 0, 1), (1, "t", 0, 1)]
+
+
+def test_status_says_how_many_events_a_history_keeps(db, fresh, config):
+    fresh(TABLE)
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1), up(1, "b", 2, 2)])
+    db.execute("ANALYZE TABLE h_events")
+    sink = SinkInstance(cfg)
+    try:
+        found = collect_status(sink)
+    finally:
+        sink.close()
+    assert found.tables["h"]["history_events"] == 2
+    assert found.tombstones is None, "a history keeps events, not tombstones"
+    shown = Console(record=True, width=200)
+    shown.print(status_table(found))
+    assert "about 2 event(s) kept" in shown.export_text()
+
+
+def test_a_record_set_aside_is_retried_once_the_history_can_hold_it(db, fresh, config):
+    """The label too long for VARCHAR(8): once the column is widened, the next
+    start widens the events table too, and a retry applies the record."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(cfg, SCHEMA, [up(1, "far too long", 1, 1), up(1, "b", 2, 2)])
+    assert history(db) == [(1, "b", 2, 2, 2, None)]
+    db.execute("ALTER TABLE h MODIFY label VARCHAR(16)")
+    sink = SinkInstance(cfg)
+    try:
+        assert [r.applied for r in run_retry(sink, plan_retry(sink))] == [1]
+    finally:
+        sink.close()
+    assert history(db) == [(1, "far too long", 1, 1, 1, 2), (1, "b", 2, 2, 2, None)]

@@ -62,7 +62,8 @@ def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
 @_one_line_errors
 def init_db_command(ctx: click.Context) -> None:
     """Create the ack, lease and outbox tables (and with [cdc] and a version
-    column, the tombstone table) if missing (idempotent).
+    column, the tombstone table; for a history, its events table) if missing
+    (idempotent).
 
     Example: wal-sink -c conf/local.toml init-db
     """
@@ -74,12 +75,15 @@ def init_db_command(ctx: click.Context) -> None:
         t = sink.tables
         out.print(f"tables {t.ack.name}, {t.lease.name} and {t.outbox.name} are ready")
         config = sink.config
-        for target in config.mysql.targets:
-            if config.cdc and target.version_column:
-                from wal_sink.mysql.tombstones import Tombstones
+        from wal_sink.mysql.history import events_table
+        from wal_sink.mysql.tombstones import ensure_side_tables
 
-                Tombstones(config, target).ensure(sink.engine)
+        ensure_side_tables(sink.engine, config, config.mysql.targets)
+        for target in config.mysql.targets:
+            if config.keeps_tombstones(target):
                 out.print(f"tombstone table {target.tombstones} is ready")
+            if target.scd_type == 2:
+                out.print(f"events table {events_table(target)} is ready")
 
 
 @main.command()

@@ -88,6 +88,11 @@ def status_table(st: SinkStatus) -> RichTable:
             else []
         ),
         *(
+            (f"history {name}", f"about {c['history_events']} event(s) kept")
+            for name, c in st.tables.items()
+            if c.get("history_events") is not None
+        ),
+        *(
             [
                 (
                     f"table {name or '(no table)'}",

@@ -20,6 +20,7 @@ from pydantic import (
 from pydantic.dataclasses import dataclass
 
 from wal_sink.config.mysql_section import MysqlConfig
+from wal_sink.config.table_section import Target
 from wal_sink.config.values import (
     IDENTIFIER,
     SECTION,
@@ -269,6 +270,11 @@ class Config:
     @property
     def wal_path(self) -> str:
         return self.wal.path
+
+    def keeps_tombstones(self, target: Target) -> bool:
+        """Whether ``target``'s deletes leave tombstones: with [cdc] and a version
+        column, in a table of one row per key (a history keeps its events)."""
+        return bool(self.cdc and target.version_column and target.scd_type == 1)
 
     @property
     def quarantine_path(self) -> str:

@@ -60,14 +60,15 @@ def check_history_table(conn: Connection, target: Target) -> None:
 
 
 def ensure_events(engine: Engine, target: Target) -> None:
-    """Create the events table of ``target`` if it does not exist, and add the
-    history's columns it lacks: DDL, at start, never in a batch."""
+    """Create the events table of ``target`` if it does not exist, and keep its
+    columns in step with the history's (a column added, widened or recollated
+    there is added or changed here): DDL, at start, never in a batch."""
     name = events_table(target)
     with engine.connect() as conn:
         quote = partial(quoted, conn.dialect)
         inspector = inspect_db(conn)
-        history = inspector.get_columns(target.table)
-        data = [c["name"] for c in history if c["name"] not in (START_AT, END_AT)]
+        history = [c["name"] for c in inspector.get_columns(target.table)]
+        data = [c for c in history if c not in (START_AT, END_AT)]
         if not inspector.has_table(name):
             keys = ", ".join(quote(k) for k in target.key)
             conn.execute(
@@ -81,47 +82,53 @@ def ensure_events(engine: Engine, target: Target) -> None:
                     f"{APPLIED_BY} FROM {quote(target.table)} WHERE FALSE"
                 )
             )
-            keyed = {k.lower() for k in target.key}
-            for c in history:
-                if c["name"] in data and not c["nullable"] and (
-                    c["name"].lower() not in keyed
-                ):
-                    # a delete's event has no values
-                    definition = _nullable(conn, target.table, c["name"])
-                    conn.execute(
-                        text(
-                            f"ALTER TABLE {quote(name)} MODIFY {quote(c['name'])} "
-                            f"{definition}"
-                        )
-                    )
-            return
-        if table_comment(conn, name) != COMMENT.format(target.table):
+        elif table_comment(conn, name) != COMMENT.format(target.table):
             raise ConfigError(
                 f"table {name} is not the events table of {target.table}; rename "
                 "it: a history table's events are kept under that name"
             )
-        have = Spelling(c["name"] for c in inspector.get_columns(name))
-        for column in data:
-            if column not in have:
-                definition = _nullable(conn, target.table, column)
-                conn.execute(
-                    text(
-                        f"ALTER TABLE {quote(name)} ADD COLUMN {quote(column)} "
-                        f"{definition}"
-                    )
+        keyed = {k.lower() for k in target.key}
+        have = _definitions(conn, name)
+        wanted = _definitions(conn, target.table)
+        for column in [*data, START_AT]:
+            mine = SEQUENCE if column == START_AT else column
+            kind = wanted[column.lower()][:3]
+            # a delete's event has no values: only its key and sequence are NOT NULL
+            null = (
+                "NOT NULL" if column.lower() in keyed or column == START_AT else "NULL"
+            )
+            if have.get(mine.lower()) == (*kind, null):
+                continue
+            change = "MODIFY" if mine.lower() in have else "ADD COLUMN"
+            charset, collation = kind[1:]
+            text_type = (
+                f" CHARACTER SET {charset} COLLATE {collation}" if collation else ""
+            )
+            conn.execute(
+                text(
+                    f"ALTER TABLE {quote(name)} {change} {quote(mine)} {kind[0]}"
+                    f"{text_type} {null}"
                 )
+            )
 
 
-def _nullable(conn: Connection, table: str, column: str) -> str:
-    """``column``'s type in ``table`` (with its character set and collation),
-    NULL allowed."""
-    kind, charset, collation = conn.execute(
+def _definitions(conn: Connection, table: str) -> dict[str, tuple[str, ...]]:
+    """Each column's (type, character set, collation, NULL or NOT NULL), by
+    lower-case name."""
+    rows = conn.execute(
         text(
-            "SELECT COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME FROM "
-            "information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND "
-            "TABLE_NAME = :t AND COLUMN_NAME = :c"
+            "SELECT COLUMN_NAME, COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME, "
+            "IS_NULLABLE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+            "DATABASE() AND TABLE_NAME = :t"
         ),
-        {"t": table, "c": column},
-    ).one()
-    text_type = f" CHARACTER SET {charset} COLLATE {collation}" if collation else ""
-    return f"{kind}{text_type} NULL"
+        {"t": table},
+    )
+    return {
+        name.lower(): (
+            kind,
+            charset,
+            collation,
+            "NULL" if null == "YES" else "NOT NULL",
+        )
+        for name, kind, charset, collation, null in rows
+    }

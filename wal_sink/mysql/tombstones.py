@@ -123,8 +123,7 @@ def ensure_side_tables(
     for target in targets:
         if target.scd_type == 2:
             ensure_events(engine, target)
-            continue
-        if config.cdc and target.version_column:
+        elif config.keeps_tombstones(target):
             Tombstones(config, target).ensure(engine)
             if config.cdc.truncate_values:
                 Truncates(config, target).ensure(engine)

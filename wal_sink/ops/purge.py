@@ -196,7 +196,7 @@ def expire_tombstones(sink: SinkInstance, dry_run: bool = False) -> int | None:
     quarantined upsert: a retry of it would otherwise bring the deleted row back.
     None when the sink keeps no tombstones."""
     config = sink.config
-    guarded = [t for t in config.mysql.targets if config.cdc and t.version_column]
+    guarded = [t for t in config.mysql.targets if config.keeps_tombstones(t)]
     if not guarded:
         return None
     retention = parse_duration(config.cdc.tombstone_retention)

@@ -10,11 +10,12 @@ from dataclasses import asdict, astuple, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import ProgrammingError
 
 from wal_sink.mysql.acks import AckSummary, TableCounts
 from wal_sink.mysql.errors import error_code
+from wal_sink.mysql.history import events_table
 from wal_sink.mysql.retry_state import RetryCounts
 from wal_sink.mysql.tombstones import Tombstones
 from wal_sink.protocol.quarantine_counts import QuarantineCounts
@@ -78,8 +79,8 @@ class SinkStatus:
     lease_acquired_at: str | None = None
     tables: dict[str, dict[str, int | None]] = field(default_factory=dict)
     """Per target table (always one at least): rows applied, deleted, set aside,
-    skipped, tombstones; with several tables ``""`` counts the rows whose route
-    named none."""
+    skipped, tombstones, and for a history about how many events it keeps; with
+    several tables ``""`` counts the rows whose route named none."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +104,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
                 )
             ).first()
             kept = _tombstones(sink, conn)
+            events = _history_events(sink, conn)
             by_table = sink.acks.table_counts(conn)
             retries = sink.retries.counts(conn)
         tables = True
@@ -111,7 +113,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
             raise
         acks, unacked, outbox, lease_row, tables = None, sorted(staged), 0, None, False
         set_aside = []
-        kept, by_table = {}, {}
+        kept, by_table, events = {}, {}, {}
         retries = RetryCounts(0, 0)
     quarantine = QuarantineCounts(sink.quarantine.count(), *astuple(retries))
     now = datetime.now(timezone.utc).replace(tzinfo=None)
@@ -159,7 +161,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         lease_epoch=lease_row[0] if lease_row else None,
         lease_holder=lease_row[1] if lease_row else None,
         lease_acquired_at=lease_row[2].isoformat() if lease_row else None,
-        tables=_per_table(sink, acks, by_table, kept),
+        tables=_per_table(sink, acks, by_table, kept, events),
     )
 
 
@@ -168,6 +170,7 @@ def _per_table(
     acks: AckSummary | None,
     by_table: dict[str, TableCounts],
     kept: dict[str, int],
+    events: dict[str, int],
 ) -> dict[str, dict[str, int | None]]:
     """Each target table's counts: the ack rows' own with one table, the per-table
     counts with several."""
@@ -187,9 +190,27 @@ def _per_table(
             "rows_quarantined": by_table.get(name, TableCounts()).set_aside,
             "rows_skipped": by_table.get(name, TableCounts()).skipped,
             "tombstones": kept.get(name),
+            "history_events": events.get(name),
         }
         for name in names
     }
+
+
+def _history_events(sink: SinkInstance, conn: Connection) -> dict[str, int]:
+    """About how many events each history (type 2) keeps: the server's estimate
+    of its events table's rows (a count would read the whole table)."""
+    found = {}
+    for target in sink.config.mysql.targets:
+        if target.scd_type == 2:
+            rows = conn.execute(
+                text(
+                    "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE "
+                    "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t"
+                ),
+                {"t": events_table(target)},
+            ).scalar()
+            found[target.table] = int(rows or 0)
+    return found
 
 
 def _tombstones(sink: SinkInstance, conn: Connection) -> dict[str, int]:
@@ -199,5 +220,5 @@ def _tombstones(sink: SinkInstance, conn: Connection) -> dict[str, int]:
     return {
         t.table: Tombstones(config, t).count(conn)
         for t in config.mysql.targets
-        if config.cdc and t.version_column
+        if config.keeps_tombstones(t)
     }

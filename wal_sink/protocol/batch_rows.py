@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import Connection, Delete, Engine, Table, text
+from sqlalchemy import Connection, Delete, Engine, Table
 from sqlalchemy.dialects.mysql import Insert
 from sqlalchemy.exc import DBAPIError
 
@@ -43,7 +43,7 @@ from wal_sink.mysql.upsert import (
     build_upsert,
     build_values_check,
 )
-from wal_sink.mysql.value_fit import roles_of, say_warnings
+from wal_sink.mysql.value_fit import say_warnings
 from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.chunk_path import AppliedRows, ChunkPaths, Decision
 from wal_sink.protocol.chunk_stream import coalesced, prefetched
@@ -59,7 +59,7 @@ from wal_sink.protocol.row_by_row import (
     split_runs,
     updating,
 )
-from wal_sink.protocol.screen import Screen, Screened
+from wal_sink.protocol.screen import Screen, Screened, target_screen
 from wal_sink.protocol.versioned_cdc import Piece, VersionedCdc
 from wal_sink.wal.quarantine import Entry
 
@@ -262,15 +262,12 @@ class RowApplier:
     def _screened(self, conn: Connection) -> Screen:
         """The screen of chunks (once: it reads the server's max_allowed_packet)."""
         if self._screen is None:
-            packet = conn.execute(text("SELECT @@max_allowed_packet")).scalar_one()
             columns = read_profile(conn, self.mysql.table).columns
-            self._screen = Screen(
+            self._screen = target_screen(
+                conn,
                 self.config,
-                self.mysql.key,
+                self.mysql,
                 self.target(),
-                int(packet),
-                columns,
-                roles_of(self.config, self.mysql),
                 defer=self.versioned is not None,
                 kept_nulls=frozenset(
                     f.name

@@ -46,10 +46,12 @@ from wal_sink.mysql.history import (
     events_table,
 )
 from wal_sink.mysql.target import reflect_target
+from wal_sink.mysql.value_fit import say_warnings
 from wal_sink.protocol.batch_rows import ChunkCallback
 from wal_sink.protocol.chunk_path import AppliedRows
 from wal_sink.protocol.chunk_stream import coalesced
 from wal_sink.protocol.row_by_row import drop_null_keys, isolating, python_rows
+from wal_sink.protocol.screen import Screen, target_screen
 from wal_sink.wal.quarantine import Entry
 
 RANK = "_wal_key_rank"
@@ -64,10 +66,13 @@ class HistoryApplier:
         self.engine = engine
         self._target: Table | None = None
         self._events: Table | None = None
+        self._screened: Screen | None = None
+        self._required: set[str] = set()
+        """The history's NOT NULL data columns (the events table allows NULL)."""
 
     def refresh(self) -> None:
         """Forget the reflected tables (their DDL changed them)."""
-        self._target = self._events = None
+        self._target = self._events = self._screened = None
 
     def close(self) -> None:
         """Nothing to end: no thread of its own."""
@@ -77,6 +82,17 @@ class HistoryApplier:
         if self._target is None:
             self._target = reflect_target(self.engine, self.mysql.table)
         return self._target
+
+    def _screen(self, conn: Connection) -> Screen:
+        """Rows MySQL cannot be sent or would change, set aside (screen.py)."""
+        if self._screened is None:
+            self._screened = target_screen(conn, self.config, self.mysql, self.target())
+            self._required = {
+                c.name
+                for c in self.target().c
+                if not c.nullable and c.name not in (START_AT, *self.mysql.key)
+            }
+        return self._screened
 
     def events(self, conn: Connection) -> Table:
         """The events table as it is, read on the batch's connection (made at
@@ -105,13 +121,20 @@ class HistoryApplier:
         """Apply ``chunks`` (``total`` rows) in order, as a staged batch's."""
         upserted = deleted = skipped = done = 0
         bad: list[Entry] = []
+        screen = self._screen(conn)
         for chunk in coalesced(chunks, self.config.wal.chunk_rows):
-            applied = self._chunk(conn, python_rows(chunk), chunk.schema.names)
+            fit = screen.fit(chunk.schema)
+            fit.refuse()
+            say_warnings(self.config.sink.id, fit)
+            screened = screen(chunk)
+            bad += screened.set_aside
+            rows = python_rows(screened.chunk)
+            applied = self._chunk(conn, rows, screened.chunk.schema.names)
             upserted += applied.upserted
             deleted += applied.deleted
             skipped += applied.skipped
             bad += applied.set_aside
-            done += chunk.num_rows
+            done += screened.read
             if on_chunk is not None:
                 on_chunk(done, total)
         return AppliedRows(upserted, deleted, skipped, bad)
@@ -137,6 +160,11 @@ class HistoryApplier:
                 bad.append(Entry(row, reason + "is NULL)"))
                 continue
             removes = cdc is not None and row.get(cdc.op_column) in cdc.delete_values
+            nulls = [c for c in written if c in self._required and row.get(c) is None]
+            if nulls and not removes:
+                reason = f"NULL in NOT NULL column(s) {', '.join(sorted(nulls))}"
+                bad.append(Entry(row, reason))
+                continue
             event = {
                 # a delete's event has its key only (one statement for all)
                 **{c: None if removes else row.get(c) for c in written},

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlalchemy import Table
+from sqlalchemy import Connection, Table, text
 
-from wal_sink.config import Config
+from wal_sink.config import Config, Target
 from wal_sink.mysql.row_screen import (
     RECORD_CUT,
     as_json_text,
@@ -37,8 +37,8 @@ from wal_sink.mysql.row_screen import (
     oversized,
     row_record,
 )
-from wal_sink.mysql.target_profile import ColumnFacts
-from wal_sink.mysql.value_fit import Fit, table_fit
+from wal_sink.mysql.target_profile import ColumnFacts, read_profile
+from wal_sink.mysql.value_fit import Fit, roles_of, table_fit
 from wal_sink.wal.quarantine import Entry
 
 
@@ -51,6 +51,29 @@ class Screened:
     """Rows the chunk had before screening, for progress."""
     late: dict[int, Entry] = field(default_factory=dict)
     """Rows of ``chunk`` (by index) to set aside unless they are stale."""
+
+
+def target_screen(
+    conn: Connection,
+    config: Config,
+    target: Target,
+    table: Table,
+    defer: bool = False,
+    kept_nulls: frozenset[str] = frozenset(),
+) -> Screen:
+    """The screen of ``target`` (``table`` reflected), on the server ``conn``
+    reaches: its max_allowed_packet and columns read once."""
+    packet = conn.execute(text("SELECT @@max_allowed_packet")).scalar_one()
+    return Screen(
+        config,
+        target.key,
+        table,
+        int(packet),
+        read_profile(conn, target.table).columns,
+        roles_of(config, target),
+        defer=defer,
+        kept_nulls=kept_nulls,
+    )
 
 
 class Screen:

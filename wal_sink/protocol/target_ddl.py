@@ -20,6 +20,7 @@ from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Config, Target
 from wal_sink.config.spelling import Spelling, not_excepted, spelled_target
+from wal_sink.config.table_section import END_AT, START_AT
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.errors import mysql_error
 from wal_sink.mysql.table_ddl import TablePlan, plan_table, run_plan, table_columns
@@ -54,7 +55,13 @@ def target_fields(
             f"{target.where}.columns (or except_columns) is needed to create table "
             f"{target.table}: with several tables, say which stream columns it takes"
         )
-    return pa.schema([schema.field(n) for n in not_excepted(target, names)])
+    fields = [schema.field(n) for n in not_excepted(target, names)]
+    version = Spelling(schema.names).of(target.version_column or "")
+    if target.scd_type == 2 and version in schema.names:
+        # a history: each record's span, of the version's type (merge.md)
+        kind = schema.field(version).type
+        fields += [pa.field(START_AT, kind), pa.field(END_AT, kind)]
+    return pa.schema(fields)
 
 
 def prepare_targets(
@@ -72,6 +79,8 @@ def prepare_targets(
             have = set(table_columns(conn, target.table)) or None
             fields = target_fields(config, target, schema, have)
             key = spelled_target(target, Spelling(fields.names)).key
+            if target.scd_type == 2:
+                key = (*key, START_AT)
             plan = plan_table(conn, target.table, key, fields)
         if run and (mysql.auto_create or mysql.auto_evolve) and plan.statements:
             plan = run_plan(
