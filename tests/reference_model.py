@@ -29,18 +29,30 @@ The model's rules, in the order a record meets them (``ReferenceModel._upsert`` 
   holds (``unique_conflicts = "quarantine"``), a delete a RESTRICT child refuses:
   set aside, nothing of the record applied (a refused delete leaves no tombstone).
 
+A record whose op is one of ``[cdc] truncate_values`` truncates its table
+(``_truncate``), its key and other columns ignored: with a NULL version it is set
+aside; else every row whose version is <= its version or NULL is deleted (all or,
+when a RESTRICT child row references one of them, none: set aside), and the table's
+truncate tombstone T becomes the highest such version, with the sink that recorded
+it. An upsert whose version is <= T (or NULL while T exists) is skipped as stale,
+where a key's tombstone would skip it; deletes are not affected. T is the table's
+(a sink on the target that does not truncate is refused) and never expires; it
+counts as a delete.
+
 A routed sink (``Sink.routed``: ``[mysql] route_column``, docs/merge.md "One stream,
 several tables") writes ``t`` and a second table ``u`` (``Routed``) whose ``ref``
 references ``t``'s key: each record goes to the table its route names (set aside when
-it names none); a batch is cut into runs of consecutive upserts and of deletes, and
-within a run ``t``'s records go first for upserts and ``u``'s first for deletes, each
-table's in staged order; a delete of a ``t`` row that ``u`` rows reference is refused
-(RESTRICT), as is a ``u`` row whose new ``ref`` has no ``t`` row. A retry routes each
-batch's entries again the same way.
+it names none); a batch is cut into runs of consecutive upserts and of deletes (a
+truncate runs with the deletes), and within a run ``t``'s records go first for
+upserts and ``u``'s first for deletes, each table's in staged order; a delete of a
+``t`` row that ``u`` rows reference is refused (RESTRICT), as is a ``u`` row whose
+new ``ref`` has no ``t`` row. A retry routes each batch's entries again the same
+way. With truncate_values ``u`` is versioned too (``Routed.versioned``).
 
 Which sinks are refused at start (``refusal``) is decided from the shape and the
 configs alone: among them a key or version column narrower than the stream's type,
-and two tables of one sink keeping their tombstones in one table.
+two tables of one sink keeping their tombstones in one table, and a sink without
+truncate_values on a target another sink truncates (it would not honour T).
 
 Each record set aside carries the kinds of reason it may be set aside for (REASONS:
 a record with two faults may be set aside for either). Tombstones are the table's:
@@ -139,9 +151,12 @@ UNIQUE = "unique"  # another unique index holds the value
 ROUTE = "route"  # the route names no table
 VERSION = "version"  # a key or version the tombstones cannot hold
 WHOLE = "whole"  # quarantine-batch
+TRUNCATE = "truncate"  # a truncate without a version
 KEPT_NULL = "kept null"  # an effect: a NULL kept a stored value (ignore_nulls)
+TRUNCATED = "truncated"  # an effect: a truncate deleted rows
+TRUNCATE_STALE = "truncate stale"  # an effect: an upsert at or below T skipped
 REASONS = (NULL_KEY, NOT_FINITE, NULL, RANGE, NARROW, PARENT, CHILD, UNIQUE, ROUTE,
-           VERSION, WHOLE)  # fmt: skip
+           VERSION, WHOLE, TRUNCATE)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -245,6 +260,7 @@ class Cdc:
     op_column: str = "op"
     order_by: str = "seq"
     delete_values: tuple[str, ...] = ("D",)
+    truncate_values: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -254,9 +270,17 @@ class Routed:
 
     w_policy: str = "overwrite"
     """``w``'s merge policy: overwrite or add."""
+    versioned: bool = False
+    """``u`` has ``v`` too (t's type, NULL allowed) as its version column: a sink
+    with truncate_values needs one on every table."""
 
     ROUTE = "tbl"
     COLUMNS = ("uid", "rid", "ref", "w")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """``u``'s columns."""
+        return self.COLUMNS + (("v",) if self.versioned else ())
 
 
 @dataclass(frozen=True)
@@ -403,9 +427,14 @@ class ReferenceModel:
         """Rows of the child table per collated key."""
         self.u_rows: dict[Any, dict[str, Any]] = {}
         """A routed sink's second table, by ``uid``."""
+        self.u_tombstones: dict[Any, Tombstone] = {}
+        """A versioned ``u``'s tombstones, by ``uid`` (they never expire here)."""
+        self.truncated: dict[str, Tombstone] = {}
+        """Each table's truncate tombstone T ("t", "u")."""
         self.state = {s.sink_id: SinkState() for s in sinks}
         self.effects: Counter = Counter()
-        """What the merge did that a feature exists for (``KEPT_NULL``)."""
+        """What the merge did that a feature exists for (``KEPT_NULL``,
+        ``TRUNCATED``, ``TRUNCATE_STALE``)."""
         self.owned = owned_columns(self)
         """The target columns the model holds: those a sink not refused writes."""
 
@@ -469,6 +498,17 @@ class ReferenceModel:
             if other.sink_id != sink_id
         ):
             found.append("another sink guards this target's deletes with tombstones")
+        if not (sink.cdc and sink.cdc.truncate_values) and any(
+            other.cdc
+            and other.cdc.truncate_values
+            and self.refusal(other.sink_id) is None
+            for other in self.sinks.values()
+            if other.sink_id != sink_id
+        ):
+            found.append(
+                "another sink truncates this target, this one cannot honour it: "
+                f"{['t_tombstones_truncate']}"
+            )
         return found
 
     def _reachable(self, sink: Sink) -> list[tuple[str, ...]]:
@@ -526,7 +566,7 @@ class ReferenceModel:
             if sink.routed is None:  # the table takes all but its excepted columns
                 return {c: v for c, v in record.items() if c not in sink.excepted}
             return dict(record)
-        taken = sink.written if route == "t" else Routed.COLUMNS
+        taken = sink.written if route == "t" else sink.routed.columns
         extra = (Routed.ROUTE, *([sink.cdc.op_column] if sink.cdc else []))
         return {c: record[c] for c in (*taken, *extra) if c in record}
 
@@ -593,7 +633,7 @@ class ReferenceModel:
             for entry in state.entries:
                 if sink.routed and entry.record.get(Routed.ROUTE) != "t":
                     continue
-                if entry.retriable and not self._is_delete(sink, entry.record):
+                if entry.retriable and not self._removes(sink, entry.record):
                     key = self._key(sink, entry.record)
                     if key is not None:
                         keys.add(key)
@@ -622,12 +662,13 @@ class ReferenceModel:
         self, sink_id: str, records: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
         """``records`` (in staged order) in the order they are applied: as they are,
-        or, routed, in runs of upserts (``t``'s first) and of deletes (``u``'s)."""
+        or, routed, in runs of upserts (``t``'s first) and of deletes and truncates
+        (``u``'s)."""
         sink = self.sinks[sink_id]
         if sink.routed is None:
             return records
         ordered: list[dict[str, Any]] = []
-        runs = itertools.groupby(records, key=lambda r: self._is_delete(sink, r))
+        runs = itertools.groupby(records, key=lambda r: self._removes(sink, r))
         for deletes, run in runs:
             held = list(run)
             first = "u" if deletes else "t"
@@ -678,10 +719,14 @@ class ReferenceModel:
         sink = self.sinks[sink_id]
         if sink.routed is not None:
             route = record.get(Routed.ROUTE)
+            if route not in ("t", "u"):
+                return QUARANTINED, frozenset({ROUTE})
+            if self._is_truncate(sink, record):
+                return _outcome(self._truncate(sink, route, record))
             if route == "u":
                 return _outcome(self._apply_u(sink, record))
-            if route != "t":
-                return QUARANTINED, frozenset({ROUTE})
+        elif self._is_truncate(sink, record):
+            return _outcome(self._truncate(sink, "t", record))
         key = self._key(sink, record)
         if key is None:
             return QUARANTINED, frozenset({NULL_KEY} | self._faults(sink, record))
@@ -700,6 +745,26 @@ class ReferenceModel:
         return sink.cdc is not None and record.get(sink.cdc.op_column) in (
             sink.cdc.delete_values
         )
+
+    @staticmethod
+    def _is_truncate(sink: Sink, record: dict[str, Any]) -> bool:
+        return sink.cdc is not None and record.get(sink.cdc.op_column) in (
+            sink.cdc.truncate_values
+        )
+
+    def _removes(self, sink: Sink, record: dict[str, Any]) -> bool:
+        """A delete or a truncate (they run together, routed)."""
+        return self._is_delete(sink, record) or self._is_truncate(sink, record)
+
+    def _stale(self, table: str, stone: Tombstone | None, version: Any) -> bool:
+        """Whether an upsert at ``version`` is stale: at or below the key's
+        tombstone ``stone`` or the table's truncate tombstone (a NULL version is,
+        once either exists)."""
+        cut = self.truncated.get(table)
+        if cut is not None and (version is None or version <= cut.version):
+            self.effects[TRUNCATE_STALE] += 1
+            return True
+        return stone is not None and (version is None or version <= stone.version)
 
     def _tombstone(self, key: tuple) -> Any:
         """The key's tombstone version, whichever sink left it; None."""
@@ -735,8 +800,7 @@ class ReferenceModel:
             if version is not None and not target.column(sink.version).fits(version):
                 faults = self._faults(sink, record, self.rows.get(key))
                 return QUARANTINED, {VERSION, RANGE} | faults
-            stone = self._tombstone(key)
-            if stone is not None and (version is None or version <= stone):
+            if self._stale("t", self.tombstones.get(key), version):
                 return SKIPPED
         stored = self.rows.get(key)
         faults = self._faults(sink, record, stored)
@@ -846,6 +910,36 @@ class ReferenceModel:
                 self.tombstones[key] = Tombstone(version, sink.sink_id)
         return DELETED
 
+    def _truncate(self, sink: Sink, table: str, record: dict[str, Any]) -> Any:
+        """Delete every row of ``table`` whose version is <= the record's or NULL
+        (one statement: a RESTRICT child row of one refuses it whole), then raise
+        the table's truncate tombstone."""
+        version = record.get(sink.version)
+        if version is None:
+            return QUARANTINED, {TRUNCATE}
+        if not self.target.column(sink.version).fits(version):
+            return QUARANTINED, {TRUNCATE, VERSION, RANGE}
+        rows = self.u_rows if table == "u" else self.rows
+        gone = [
+            key
+            for key, row in rows.items()
+            if row.get(sink.version) is None or row[sink.version] <= version
+        ]
+        if table == "t":
+            refs = {self._refs(row) for row in self.u_rows.values()}
+            restrict = self.target.child == "restrict"
+            if any(k in refs or (restrict and self.children[k]) for k in gone):
+                return QUARANTINED, {CHILD}
+        for key in gone:
+            del rows[key]
+            if table == "t":
+                self.children.pop(key, None)
+        self.effects[TRUNCATED] += bool(gone)
+        cut = self.truncated.get(table)
+        if cut is None or version >= cut.version:
+            self.truncated[table] = Tombstone(version, sink.sink_id)
+        return DELETED
+
     # -- a routed sink's second table ---------------------------------------------
 
     def _refs(self, row: dict[str, Any]) -> tuple | None:
@@ -858,18 +952,44 @@ class ReferenceModel:
         )
 
     def _apply_u(self, sink: Sink, record: dict[str, Any]) -> Any:
+        """A record of ``u``; versioned (``Routed.versioned``), with ``t``'s rules
+        for versions: tombstones, stale upserts, older values not written."""
         uid = record.get("uid")
         if uid is None:
             return QUARANTINED, {NULL_KEY}
-        if self._is_delete(sink, record):
-            self.u_rows.pop(uid, None)
-            return DELETED
+        versioned = sink.routed.versioned and sink.guarded
+        version = record.get("v") if versioned else None
+        if version is not None and not self.target.column("v").fits(version):
+            return QUARANTINED, {VERSION, RANGE}
         stored = self.u_rows.get(uid)
-        new = dict(stored or {"uid": uid, "w": None})
-        new["rid"], new["ref"] = record.get("rid"), record.get("ref")
+        if self._is_delete(sink, record):
+            if stored is not None and (
+                not versioned
+                or stored["v"] is None
+                or (version is not None and stored["v"] <= version)
+            ):
+                del self.u_rows[uid]
+            stone = self.u_tombstones.get(uid)
+            if version is not None and (stone is None or version >= stone.version):
+                self.u_tombstones[uid] = Tombstone(version, sink.sink_id)
+            return DELETED
+        if versioned and self._stale("u", self.u_tombstones.get(uid), version):
+            return SKIPPED
+        newer = (
+            not versioned
+            or stored is None
+            or stored["v"] is None
+            or (version is not None and version >= stored["v"])
+        )
+        new = dict(stored or dict.fromkeys(sink.routed.columns))
+        new["uid"] = uid
+        if newer:
+            new["rid"], new["ref"] = record.get("rid"), record.get("ref")
+            if versioned:
+                new["v"] = version
         w = record.get("w")
         rule = MODE_RULES[sink.routed.w_policy]
-        new["w"] = w if stored is None else rule.merged(stored["w"], w, True)
+        new["w"] = w if stored is None else rule.merged(stored["w"], w, newer)
         changed = stored is None or stored["ref"] != new["ref"]
         if new["ref"] is not None and changed and self._refs(new) not in self.rows:
             return QUARANTINED, {PARENT}  # no t row of that key (1452)

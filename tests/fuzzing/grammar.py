@@ -64,6 +64,8 @@ FEATURES = (
     # stream does not write, the server's time zone not UTC
     "ignore_nulls",  # mysql.ignore_null_updates: a NULL keeps the stored value
     "except_columns",  # the stream carries label, the config leaves it out of t
+    "truncate",  # [cdc] truncate_values: records truncating their table (routed:
+    # u versioned too), some with a NULL version
 )
 REFUSALS = frozenset(
     {"missing_column", "missing_version", "narrow_key", "narrow_version",
@@ -97,6 +99,8 @@ GROUPS = (
                "replay", "ignore_nulls"}),
     frozenset({"cdc", "version", "ts_version", "limits", "except_columns",
                "ignore_nulls"}),
+    frozenset({"routed", "cdc", "version", "child", "truncate"}),
+    frozenset({"cdc", "version", "child", "truncate", "second_sink"}),
 )  # fmt: skip
 """The fixed run's examples, one per group of features forced (others drawn):
 together every feature, each with data applied or (REFUSALS) its refusal
@@ -302,8 +306,11 @@ def scenarios(
     if key_kind in ("bigint", "auto_increment") and d.feature("routed", 0.3):
         routed = Routed(w_policy=d.choice(["overwrite", "add"]))
         domains.update(uid=(1, 2, 3, None), ref=domains["id"], w=(1, 2, -1, None))
-        shared = (
-            cdc and version_kind is not None and d.feature("shared_tombstones", 0.2)
+        shared = (  # refused at start: a forced truncate needs a sink that runs
+            cdc
+            and version_kind is not None
+            and "truncate" not in force
+            and d.feature("shared_tombstones", 0.2)
         )
     case = d.feature("case_names", 0.15)
     sinks = [
@@ -324,7 +331,15 @@ def scenarios(
         now_columns.append(("updated_at", True, True, False))
     if datetime_now:
         now_columns += [("made", True, False, True), ("touched", False, True, True)]
-    u_ddl = _u_ddl(target, shared) if routed else []
+    # Drawn last, and in the fixed run only where forced: its other groups draw the
+    # examples they drew before.
+    truncate = not force or "truncate" in force
+    if truncate and cdc and version_kind and not shared and d.feature("truncate", 0.3):
+        sinks[0] = _truncating(sinks[0])
+        if sinks[1:] and sinks[1].guarded and d.draw(st.booleans()):
+            sinks[1] = _truncating(sinks[1])
+    routed = sinks[0].routed
+    u_ddl = _u_ddl(target, shared, routed.versioned) if routed else []
     return Scenario(
         target=target,
         sinks=tuple(sinks),
@@ -486,14 +501,25 @@ def _sink(
     )
 
 
-def _u_ddl(target: Target, shared: bool) -> list[str]:
+def _truncating(sink: Sink) -> Sink:
+    """``sink`` (guarded) with ``[cdc] truncate_values = ["T"]``; routed, its ``u``
+    versioned too (every table of the sink needs a version column)."""
+    routed = sink.routed and replace(sink.routed, versioned=True)
+    return replace(sink, cdc=replace(sink.cdc, truncate_values=("T",)), routed=routed)
+
+
+def _u_ddl(target: Target, shared: bool, versioned: bool) -> list[str]:
     """A routed sink's second table: its rows reference t's (RESTRICT on delete).
     ``shared``: versioned like t, keyed like t, and keeping its tombstones in t's
-    tombstone table (refused at start)."""
+    tombstone table (refused at start); ``versioned``: with ``v`` of t's type,
+    NULL allowed."""
     if not shared:
+        v = ""
+        if versioned:
+            v = _column_ddl(replace(target.column("v"), nullable=True, fsp=6)) + ", "
         return [
             "CREATE TABLE u (uid BIGINT PRIMARY KEY, rid BIGINT, ref BIGINT NULL, "
-            "w BIGINT, FOREIGN KEY (ref) REFERENCES t (id)) ENGINE=InnoDB"
+            f"w BIGINT, {v}FOREIGN KEY (ref) REFERENCES t (id)) ENGINE=InnoDB"
         ]
     v = _column_ddl(target.column("v"))
     return [
@@ -606,17 +632,30 @@ def records(scenario: Scenario, sink: Sink) -> st.SearchStrategy[list[dict]]:
     written = [c for c in sink.written if c not in ("rid", "seq")]
     fields = {c: st.sampled_from(scenario.domain(c)) for c in written}
     if sink.cdc:
-        fields["op"] = st.sampled_from(("I", "U", "U", "D", "D"))
+        ops = ("I", "U", "U", "D", "D") + sink.cdc.truncate_values
+        fields["op"] = st.sampled_from(ops)
     keep = set(sink.key) | ({sink.version} if sink.version else set())
 
     def shaped(record: dict) -> dict:
-        if sink.cdc and record["op"] in sink.cdc.delete_values:
+        """A delete carries its key and version alone; a truncate its version and
+        the key as drawn (ignored, NULL or not)."""
+        if sink.cdc and record["op"] in sink.cdc.delete_values + (
+            sink.cdc.truncate_values
+        ):
             return {
                 c: (v if c in keep or c == "op" else None) for c, v in record.items()
             }
         return record
 
     record = st.fixed_dictionaries(fields).map(shaped)
+    if sink.cdc and sink.cdc.truncate_values:  # a quarter of truncates lack a version
+        record = st.tuples(record, st.integers(0, 3)).map(
+            lambda drawn: (
+                {**drawn[0], sink.version: None}
+                if drawn[0]["op"] in sink.cdc.truncate_values and not drawn[1]
+                else drawn[0]
+            )
+        )
     data = sorted(set(written) - set(sink.key) - {sink.version})
     if sink.ignore_nulls and data:  # half the records partial: NULLs for some
         partial = st.tuples(record, st.sets(st.sampled_from(data), min_size=1)).map(
@@ -625,7 +664,8 @@ def records(scenario: Scenario, sink: Sink) -> st.SearchStrategy[list[dict]]:
         record = st.one_of(record, partial)
     if sink.routed is not None:
         keep |= {"uid"}
-        u_fields = {c: st.sampled_from(scenario.domain(c)) for c in ("uid", "ref", "w")}
+        u_columns = ("uid", "ref", "w", *(("v",) if sink.routed.versioned else ()))
+        u_fields = {c: st.sampled_from(scenario.domain(c)) for c in u_columns}
         if sink.cdc:
             u_fields["op"] = fields["op"]
         route = Routed.ROUTE
@@ -672,6 +712,8 @@ def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
         if sink.version:
             t["version_column"] = mysql.pop("version_column")
         u: dict[str, Any] = {"key": ["uid"], "merge": {"w": sink.routed.w_policy}}
+        if sink.routed.versioned:
+            u["version_column"] = "v"
         if sink.shared_tombstones:
             u.update(key=["id"], version_column="v", tombstone_table=TOMBSTONES)
             t["tombstone_table"] = TOMBSTONES
@@ -687,6 +729,8 @@ def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
             "order_by": sink.cdc.order_by,
             "delete_values": list(sink.cdc.delete_values),
         }
+        if sink.cdc.truncate_values:
+            raw["cdc"]["truncate_values"] = list(sink.cdc.truncate_values)
     return raw
 
 

@@ -6,8 +6,9 @@ and CLI library code (tests/fuzzing/real.py), and after every step compares with
 model every column of every table the scenario has (the target's, with its
 AUTO_INCREMENT, generated and CURRENT_TIMESTAMP columns; the parent, child and audit
 tables; the second table of a routed sink), the tombstones, every ack row and the
-per-table counts, and the open quarantine entries with their records and the kind of
-their reasons. A refusal at start must name one of the model's reasons: its kind and
+per-table counts, the truncate tombstones (their time within the step that raised
+them), and the open quarantine entries with their records and the kind of their
+reasons. A refusal at start must name one of the model's reasons: its kind and
 one of its columns, as a word.
 
 Two modes, chosen by ``FUZZ_PROFILE``:
@@ -62,7 +63,13 @@ from tests.fuzzing.grammar import (
 )
 from tests.fuzzing.grammar import toml as as_toml
 from tests.fuzzing.real import RealSink, comparable, utc
-from tests.reference_model import KEPT_NULL, REASONS, ReferenceModel, Routed
+from tests.reference_model import (
+    KEPT_NULL,
+    REASONS,
+    TRUNCATE_STALE,
+    TRUNCATED,
+    ReferenceModel,
+)
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError
 
@@ -114,6 +121,7 @@ REASON_KINDS = {
     "route": r"names no table",
     "version": r"key or version does not fit",
     "whole": r"set aside whole by wal-sink quarantine-batch",
+    "truncate": r"(?i)truncate.*version|version.*truncate",
 }
 """How a reason of each kind (reference_model.REASONS) reads."""
 assert set(REASON_KINDS) == set(REASONS)
@@ -131,6 +139,7 @@ REFUSAL_KINDS = {
     "key or version column(s) narrower": r"of the stream's .*; it is (a key column|"
     r"the version column)",
     "two tables share": r"tombstone",
+    "another sink truncates": r"truncate tombstone .* cannot honour",
 }
 """How a refusal of each of the model's reasons (by its start) reads."""
 DAY = timedelta(days=1)
@@ -264,6 +273,9 @@ class ModelFuzz(RuleBasedStateMachine):
         """The server's times (UTC, its own zone) when the step began and ended."""
         self.seen: dict[tuple, dict[str, Any]] = {}
         """Each key's row of t as the last check read it."""
+        self.truncates: dict[tuple, datetime] = {}
+        """The truncate tables' rows as the last check read them: (table, target,
+        version, sink) -> when."""
         self.highest_sid = 0
         self.covered = Covered(frozenset())
         Clock.examples += 1
@@ -608,8 +620,10 @@ class ModelFuzz(RuleBasedStateMachine):
             self.check_rows(cur, updated, inserted)
             if any(s.routed for s in self.scenario.sinks):
                 self.check_u_rows(cur)
+                self.check_u_tombstones(cur)
             self.check_side_tables(cur)
             self.check_tombstones(cur)
+            self.check_truncates(cur)
             for sink_id in self.sink_ids():
                 self.check_acks(cur, sink_id)
         for sink_id in self.sink_ids():
@@ -709,9 +723,10 @@ class ModelFuzz(RuleBasedStateMachine):
             )
 
     def check_u_rows(self, cur: Any) -> None:
-        """A routed sink's second table."""
-        cur.execute("SELECT uid, rid, ref, w FROM u")
-        actual = {r[0]: dict(zip(Routed.COLUMNS, r)) for r in cur.fetchall()}
+        """A routed sink's second table (and a versioned one's tombstones)."""
+        columns = self.scenario.sinks[0].routed.columns
+        cur.execute(f"SELECT {', '.join(columns)} FROM u")
+        actual = {r[0]: dict(zip(columns, map(utc, r))) for r in cur.fetchall()}
         if actual != self.model.u_rows:
             raise Disagreement("u rows", "table u: " + _diff(self.model.u_rows, actual))
 
@@ -770,6 +785,58 @@ class ModelFuzz(RuleBasedStateMachine):
                 "tombstones",
                 f"tombstones (version, sink, expired): model {wanted}, sink {found}",
             )
+
+    def check_u_tombstones(self, cur: Any) -> None:
+        """A versioned ``u``'s tombstone table: a row per uid, its version and
+        sink."""
+        cur.execute("SHOW TABLES LIKE 'u_tombstones'")
+        found = {}
+        if cur.fetchall():
+            cur.execute("SELECT uid, _wal_version, _wal_sink_id FROM u_tombstones")
+            found = {r[0]: (utc(r[1]), r[2]) for r in cur.fetchall()}
+        wanted = {k: (s.version, s.sink_id) for k, s in self.model.u_tombstones.items()}
+        if found != wanted:
+            raise Disagreement(
+                "u tombstones",
+                f"u's tombstones (version, sink): model {wanted}, sink {found}",
+            )
+
+    def check_truncates(self, cur: Any) -> None:
+        """Each table's truncate tombstone (``<tombstone table>_truncate``): its
+        version and the sink that recorded it; when it changed, the time of the
+        step (UTC), else the time it had or that."""
+        found, when = {}, {}
+        for table in ("t", "u"):
+            name = f"{table}_tombstones_truncate"
+            cur.execute(f"SHOW TABLES LIKE '{name}'")
+            if not cur.fetchall():
+                continue
+            cur.execute(
+                "SELECT _wal_table, _wal_version, _wal_sink_id, _wal_truncated_at "
+                f"FROM {name}"
+            )
+            for target, version, sink_id, at in cur.fetchall():
+                found[(name, target)] = (utc(version), sink_id)
+                when[(name, target, utc(version), sink_id)] = at
+        wanted = {
+            (f"{table}_tombstones_truncate", table): (s.version, s.sink_id)
+            for table, s in self.model.truncated.items()
+        }
+        if found != wanted:
+            raise Disagreement(
+                "truncate tombstones",
+                f"truncate tombstones (version, sink): model {wanted}, sink {found}",
+            )
+        began, ended = self.window[0][0], self.window[1][0]
+        for row, at in when.items():
+            before = self.truncates.get(row)
+            if at != before and not began.replace(microsecond=0) <= at <= ended:
+                raise Disagreement(
+                    "truncate time",
+                    f"{row[0]}'s row {row[1:]}: recorded at {at}, neither the time "
+                    f"of the step in UTC ({began} .. {ended}) nor before ({before})",
+                )
+        self.truncates = when
 
     def check_acks(self, cur: Any, sink_id: str) -> None:
         """Every column of the sink's ack rows, and its per-table counts."""
@@ -889,9 +956,14 @@ STEP_FEATURES = {
     "expiry": "time_passes",
 }
 """Features that are steps: exercised when the step ran in an example with data."""
-FEATURE_EFFECTS = {"ignore_nulls": KEPT_NULL}
-"""Features exercised only when the merge did what they exist for: a sink with
-ignore_null_updates that never met a NULL for a stored value tested nothing."""
+FEATURE_EFFECTS = {
+    "ignore_nulls": {KEPT_NULL},
+    "truncate": {TRUNCATED, TRUNCATE_STALE},
+}
+"""Features exercised only when the merge did what they exist for (every effect
+named, in one example): a sink with ignore_null_updates that never met a NULL for a
+stored value tested nothing, nor truncates that deleted no row and skipped no
+upsert."""
 UNSEEN_REASONS = frozenset({"child"})
 """Kinds of reason the fixed run need not meet: a delete a child row refuses needs
 a child row and then a delete of its key, which the derandomized draws do not reach
@@ -922,7 +994,7 @@ def check_coverage(examples: list[Covered]) -> None:
             exercised |= {
                 f
                 for f in example.features
-                if f not in FEATURE_EFFECTS or FEATURE_EFFECTS[f] in example.effects
+                if FEATURE_EFFECTS.get(f, set()) <= example.effects
             }
             exercised |= {s for s, n in STEP_FEATURES.items() if example.steps[n]}
         if example.refused:

@@ -4,15 +4,21 @@ the model."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 import pytest
 
 from tests.reference_model import (
     APPLIED,
+    CHILD,
+    DELETED,
     KEPT_NULL,
     QUARANTINED,
     SKIPPED,
+    TRUNCATE,
+    TRUNCATE_STALE,
+    TRUNCATED,
     Ack,
     Cdc,
     Column,
@@ -422,3 +428,80 @@ def test_ignore_nulls_keeps_stored_values_and_a_new_key_takes_its_nulls():
     assert model.effects[KEPT_NULL] == 3  # label, n and req
     run(model, [{"id": 2, "label": None, "n": None, "req": None}])
     assert (2,) not in model.rows, "a new key's NULL for NOT NULL is set aside"
+
+
+def truncating(sink_id="s1", routed: Routed | None = None) -> Sink:
+    return replace(cdc_sink(sink_id), cdc=Cdc(truncate_values=("T",)), routed=routed)
+
+
+def truncate(v, key=None):
+    return {"id": key, "n": None, "v": v, "op": "T"}
+
+
+def test_a_truncate_deletes_rows_at_or_below_its_version_and_skips_older_upserts():
+    """Rows at or below the truncate's version (or without one) go; upserts at or
+    below T (or without a version) are stale; deletes and newer upserts are not."""
+    model = cdc_model(truncating(), truncating("s2"))
+    run(model, [up(1, 3), up(2, None), up(3, 8), up(6, 5)])
+    run(model, [up(1, 4), truncate(5), truncate(4, key=3)])
+    assert set(model.rows) == {(3,)}
+    assert (model.truncated["t"].version, model.truncated["t"].sink_id) == (5, "s1")
+    assert model.state["s1"].acks[1] == Ack(rows=1, deleted=2)
+    run(model, [up(4, 5), up(4, None), up(5, 6), delete(3, 9)], sink_id="s2")
+    assert set(model.rows) == {(5,)}, "T is the table's: s2's upserts meet it"
+    assert model.state["s2"].acks[0] == Ack(rows=1, deleted=1, skipped=2)
+    assert model.tombstones[(3,)].version == 9 and model.effects[TRUNCATED] == 1
+    assert model.effects[TRUNCATE_STALE] == 2
+    model.expire_tombstones()
+    model.purge("s1", before=5)
+    assert model.truncated["t"].version == 5, "purge leaves T"
+
+
+def test_a_truncate_without_a_version_or_with_a_restrict_child_is_set_aside():
+    model = cdc_model(truncating(), child="restrict")
+    run(model, [up(1, 3), up(2, 9)])
+    assert model.apply_record("s1", truncate(None)) == (
+        QUARANTINED,
+        frozenset({TRUNCATE}),
+    )
+    model.add_child((1,))
+    assert model.apply_record("s1", truncate(5))[0] == QUARANTINED
+    assert set(model.rows) == {(1,), (2,)} and model.truncated == {}
+    model.add_child((2,))  # above the version: no matter
+    run(model, [truncate(5)])
+    assert model.open_entries("s1")[0].kinds == {CHILD}
+    model.remove_children()
+    model.retry("s1")
+    assert set(model.rows) == {(2,)} and model.truncated["t"].version == 5
+
+
+def test_routed_truncates_run_with_the_deletes_u_first():
+    """``u`` (versioned) is truncated before ``t`` in a run of deletes, so that its
+    rows referencing ``t``'s do not refuse ``t``'s truncate."""
+    model = cdc_model(truncating(routed=Routed("overwrite", versioned=True)))
+    u = {"tbl": "u", "uid": 1, "rid": 1, "ref": 5, "w": 1, "op": "I", "v": 2}
+    run(
+        model,
+        [
+            {**up(5, 1), "tbl": "t"},
+            u,
+            {**truncate(3), "tbl": "t"},
+            {**truncate(2), "tbl": "u"},
+        ],
+    )
+    assert model.rows == {} and model.u_rows == {}
+    assert model.state["s1"].acks[0].tables == {
+        "t": [1, 1, 0, 0],
+        "u": [1, 1, 0, 0],
+    }
+    assert model.apply_record("s1", {**u, "v": 2})[0] == SKIPPED
+    assert model.apply_record("s1", {**u, "uid": 2, "ref": None, "v": 3})[0] == (
+        APPLIED
+    )
+    assert model.apply_record("s1", {**u, "op": "D", "v": 1})[0] == DELETED
+
+
+def test_a_sink_that_does_not_truncate_is_refused_beside_one_that_does():
+    model = cdc_model(truncating(), cdc_sink("s2"))
+    assert "another sink truncates" in model.refusal("s2")
+    assert model.refusal("s1") is None
