@@ -364,3 +364,26 @@ def test_a_stop_while_draining_gives_up_after_the_stop_timeout(db, target, tmp_p
     assert follower.follower.instance.close(timeout=30)
     acked = [r[0] for r in db.rows("SELECT batch_id FROM wal_sink_ack")]
     assert acked == [0], "the group under way commits; batch 1 stays staged"
+
+
+def test_format_wal_sink_keeps_a_history_the_follower_creates(spark, db, tmp_path):
+    """stored_as_scd_type = 2 behind the data source: the follower creates the
+    history from the WAL's schema, and a late file's record splits a version."""
+    for t in ("ds_history", "ds_history_events", "wal_sink_ack"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    history = 'version_column = "seq"\nstored_as_scd_type = 2\nauto_create = true'
+    config = write_config(
+        tmp_path / "history.toml", db, table="ds_history", mysql=history
+    )
+    landing = tmp_path / "landing"
+    write_landing(landing, [[("a", "1.00", 1)], [("a", "2.00", 3)], [("a", "1.50", 2)]])
+    follower = FollowerThread(config)
+    stream(spark, config, landing, tmp_path / "cp")
+    follower.drain()
+    assert db.rows(
+        "SELECT k, amount, __START_AT, __END_AT FROM ds_history ORDER BY __START_AT"
+    ) == [
+        ("a", Decimal("1.00"), 1, 2),
+        ("a", Decimal("1.50"), 2, 3),
+        ("a", Decimal("2.00"), 3, None),
+    ]

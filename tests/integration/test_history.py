@@ -235,3 +235,17 @@ def test_a_record_set_aside_is_retried_once_the_history_can_hold_it(db, fresh, c
     finally:
         sink.close()
     assert history(db) == [(1, "far too long", 1, 1, 1, 2), (1, "b", 2, 2, 2, None)]
+
+
+def test_a_history_passes_the_starts_checks_of_the_streams_columns(db, fresh, config):
+    """The job and the follower check the stream's columns at start: the sink
+    writes __START_AT (NOT NULL, keyed) and __END_AT itself."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    sink = SinkInstance(cfg)
+    try:
+        sink.expect_columns(SCHEMA.names)
+        sink.start()
+        sink.check_columns(SCHEMA.names)
+    finally:
+        sink.close()

@@ -63,3 +63,13 @@ def test_a_null_keeps_the_open_records_value_and_a_new_record_takes_it():
         Record(2, 3, {"label": "a", "n": 2}),
         Record(4, None, {"label": None, "n": 3}),
     ]
+
+
+def test_an_upsert_at_a_deleted_version_is_no_event():
+    """Even one that would only change an untracked column in place."""
+    events = [
+        Event(1, False, {"label": "a", "n": 1}),
+        Event(5, False, {"label": "a", "n": 2}),
+        Event(5, True, {}),
+    ]
+    assert records(events, label_only) == [Record(1, 5, {"label": "a", "n": 1})]

@@ -1,15 +1,14 @@
 """A key's history (``stored_as_scd_type = 2``) as a function of its events: the
 one rule the sink applies and the docs state (docs/merge.md, "History").
 
-The events of one key are sorted by sequence (the version column); at one sequence
-an upsert sorts before a delete, so the delete wins. Walking them:
+The events of one key are sorted by sequence (the version column). At one
+sequence the delete wins: an upsert at a sequence its key has a delete at is no
+event at all (so one event per sequence is all the sink keeps). Walking them:
 
 - an upsert opens a record [s, next) with its values and ends the open one at s —
   unless every tracked column equals the open record's: then the open record takes
   the upsert's values in place (its untracked columns change, no version opens);
-- a delete ends the open record at s; the next upsert opens a new one;
-- a record that would end where it starts (an upsert and a delete at one
-  sequence) is none.
+- a delete ends the open record at s; the next upsert opens a new one.
 
 With ``ignore_null_updates`` a NULL in an upsert keeps the open record's value; an
 upsert with no record open (a new key, or after a delete) takes its NULLs.
@@ -52,7 +51,11 @@ def records(
     found: list[Record] = []
     start: Any = None
     current: dict[str, Any] | None = None
-    for event in sorted(events, key=lambda e: (e.sequence, e.delete)):
+    events = list(events)
+    deleted = {e.sequence for e in events if e.delete}
+    for event in sorted(events, key=lambda e: e.sequence):
+        if not event.delete and event.sequence in deleted:
+            continue  # the delete at its sequence wins
         if event.delete:
             if current is not None:
                 found.append(Record(start, event.sequence, current))
@@ -71,4 +74,4 @@ def records(
         start, current = event.sequence, values
     if current is not None:
         found.append(Record(start, None, current))
-    return [r for r in found if r.end is None or r.start < r.end]
+    return found

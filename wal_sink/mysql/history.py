@@ -7,9 +7,12 @@ every event applied, from which each touched key's history is computed again
 The events table (``<table>_events``) is made at start with ``CREATE TABLE …
 SELECT`` from the history table, so its key and data columns have the history's
 types and collations, plus ``_wal_sequence`` (of ``__START_AT``'s type), ``_wal_op``
-(``U`` or ``D``) and ``_wal_applied_by`` (the chunk that first applied the event);
-its primary key is (key, ``_wal_sequence``, ``_wal_op``): an event seen again is
-one row. Columns the history gains later are added at the next start.
+(``U`` or ``D``) and ``_wal_applied_by`` (the chunk that applied the event); its
+primary key is (key, ``_wal_sequence``), as the history's is (key,
+``__START_AT``), so it fits wherever the history's key fits: an event seen again
+is one row, and a delete replaces an upsert at its sequence (the delete wins
+there, merge/history.py). Columns the history gains later are added at the next
+start.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def ensure_events(engine: Engine, target: Target) -> None:
                 text(
                     f"CREATE TABLE {quote(name)} ({OP} CHAR(1) NOT NULL, "
                     f"{APPLIED_BY} CHAR(32) NOT NULL, "
-                    f"PRIMARY KEY ({keys}, {SEQUENCE}, {OP})) ENGINE=InnoDB "
+                    f"PRIMARY KEY ({keys}, {SEQUENCE})) ENGINE=InnoDB "
                     f"COMMENT='{COMMENT.format(target.table)}' SELECT "
                     + ", ".join(quote(c) for c in data)
                     + f", {quote(START_AT)} AS {SEQUENCE}, '' AS {OP}, '' AS "

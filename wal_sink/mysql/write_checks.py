@@ -25,11 +25,13 @@ The rest is made to mean what the config says elsewhere: the engine pins the ses
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from sqlalchemy import Connection
 
 from wal_sink.config import Config, Target
+from wal_sink.config.table_section import END_AT, START_AT
 from wal_sink.errors import ConfigError
 from wal_sink.merge.modes import changes_by_itself
 from wal_sink.mysql.table_ddl import table_columns
@@ -49,6 +51,10 @@ def check_writes(
         refuse_missing_named(config, target, columns)
     profile = read_profile(conn, target.table)
     written = [c for c in columns if not config.cdc or c != config.cdc.op_column]
+    if target.scd_type == 2 and written:
+        # a history: the sink writes each record's span, and it keys the rows
+        written += [START_AT, END_AT]
+        target = dataclasses.replace(target, key=(*target.key, START_AT))
     _refuse_by_role(profile, target)
     if written:
         _refuse_computed(profile, written)

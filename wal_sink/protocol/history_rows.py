@@ -25,8 +25,10 @@ from sqlalchemy import (
     Engine,
     MetaData,
     Table,
+    and_,
     delete,
     func,
+    literal_column,
     select,
     tuple_,
 )
@@ -176,7 +178,23 @@ class HistoryApplier:
             recorded[id(event)] = row
             params.append(event)
         before = len(bad)
-        stmt = insert(events).on_duplicate_key_update({OP: events.c[OP]})
+        stmt = insert(events)
+        # an event seen again changes nothing; a delete replaces an upsert at its
+        # sequence (left to right: the op last, as MySQL sees earlier results)
+        # (literals, not parameters: executemany sends one set per row)
+        replaces = and_(
+            stmt.inserted[OP] == literal_column(f"'{DELETE}'"),
+            events.c[OP] == literal_column(f"'{UPSERT}'"),
+        )
+        stmt = stmt.on_duplicate_key_update(
+            [
+                (
+                    APPLIED_BY,
+                    func.if_(replaces, stmt.inserted[APPLIED_BY], events.c[APPLIED_BY]),
+                ),
+                (OP, func.if_(replaces, stmt.inserted[OP], events.c[OP])),
+            ]
+        )
         isolating(conn, stmt, params, bad)
         bad[before:] = [Entry(recorded[id(e.record)], e.reason) for e in bad[before:]]
         refused = {id(e.record) for e in bad}
