@@ -249,3 +249,46 @@ def test_a_history_passes_the_starts_checks_of_the_streams_columns(db, fresh, co
         sink.check_columns(SCHEMA.names)
     finally:
         sink.close()
+
+
+def test_a_history_filled_elsewhere_is_refused_at_start(db, fresh, config):
+    """Its rows are not the sink's events: a key's next event would replace them."""
+    fresh(TABLE)
+    db.execute("INSERT INTO h VALUES (1, 'old', 0, 1, 1, NULL)")
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    with pytest.raises(ConfigError, match="holds rows but its events table h_events"):
+        apply(cfg, SCHEMA, [up(1, "new", 0, 9)])
+    assert history(db) == [(1, "old", 0, 1, 1, None)]
+
+
+def test_rows_that_stay_are_not_written_again(db, fresh, config):
+    """A record whose span and values stay keeps its row: its AUTO_INCREMENT id,
+    and the rows of a child whose foreign key cascades deletes."""
+    fresh(
+        TABLE.replace("(k BIGINT", "(id BIGINT AUTO_INCREMENT UNIQUE, k BIGINT"),
+        "CREATE TABLE c (id INT PRIMARY KEY, k BIGINT NOT NULL, s BIGINT NOT NULL, "
+        "FOREIGN KEY (k, s) REFERENCES h (k, __START_AT) ON DELETE CASCADE)",
+    )
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1)])
+    db.execute("INSERT INTO c VALUES (1, 1, 1)")
+    apply(cfg, SCHEMA, [up(1, "b", 1, 5)], first=1)
+    ids = dict(db.rows("SELECT __START_AT, id FROM h"))
+    apply(cfg, SCHEMA, [up(1, "c", 1, 9)], first=2)
+    spans = db.rows("SELECT __START_AT, __END_AT, id FROM h ORDER BY 1")
+    assert [s[:2] for s in spans] == [(1, 5), (5, 9), (9, None)]
+    assert {s[0]: s[2] for s in spans[:2]} == ids, "the closed records kept their ids"
+    assert db.rows("SELECT * FROM c") == [(1, 1, 1)]
+
+
+def test_a_key_whose_history_mysql_refuses_is_set_aside_the_rest_applied(
+    db, fresh, config
+):
+    """A CHECK the history holds (the events table does not): the key's records
+    of the chunk go to the quarantine, the other keys' apply."""
+    fresh(TABLE.replace("n BIGINT,", "n BIGINT CHECK (n > 0),"))
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1), up(2, "b", -1, 1), up(3, "c", 3, 1)])
+    assert history(db) == [(1, "a", 1, 1, 1, None), (3, "c", 3, 1, 1, None)]
+    assert [r.split(":")[0] for r in open_reasons(cfg)] == ["MySQL error 4025"]
+    assert acks(db) == [(0, 2, 0, 0, 1)]

@@ -90,6 +90,7 @@ def ensure_events(engine: Engine, target: Target) -> None:
                 f"table {name} is not the events table of {target.table}; rename "
                 "it: a history table's events are kept under that name"
             )
+        _refuse_foreign_rows(conn, target, name)
         keyed = {k.lower() for k in target.key}
         have = _definitions(conn, name)
         wanted = _definitions(conn, target.table)
@@ -135,3 +136,19 @@ def _definitions(conn: Connection, table: str) -> dict[str, tuple[str, ...]]:
         )
         for name, kind, charset, collation, null in rows
     }
+
+
+def _refuse_foreign_rows(conn: Connection, target: Target, events: str) -> None:
+    """A history holding rows while its events table holds none (a table filled
+    elsewhere, or events dropped by hand): each key's next event would replace
+    its rows by the history of the sink's events alone."""
+    quote = partial(quoted, conn.dialect)
+    rows = conn.execute(text(f"SELECT 1 FROM {quote(target.table)} LIMIT 1")).first()
+    kept = conn.execute(text(f"SELECT 1 FROM {quote(events)} LIMIT 1")).first()
+    if rows and not kept:
+        raise ConfigError(
+            f"table {target.table} holds rows but its events table {events} holds "
+            "no event: a history is computed from the events the sink applied, and "
+            "each key's next event would replace its rows. Start from an empty "
+            "history table"
+        )

@@ -33,12 +33,13 @@ from sqlalchemy import (
     tuple_,
 )
 from sqlalchemy.dialects.mysql import insert
-from sqlalchemy.exc import NoSuchTableError
+from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
 from wal_sink.config import Config, Target
 from wal_sink.config.table_section import END_AT, START_AT
 from wal_sink.errors import TerminalError
 from wal_sink.merge.history import Event, records
+from wal_sink.mysql.errors import is_row_error
 from wal_sink.mysql.history import (
     APPLIED_BY,
     DELETE,
@@ -49,10 +50,17 @@ from wal_sink.mysql.history import (
 )
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.value_fit import say_warnings
+from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.batch_rows import ChunkCallback
 from wal_sink.protocol.chunk_path import AppliedRows
 from wal_sink.protocol.chunk_stream import coalesced
-from wal_sink.protocol.row_by_row import drop_null_keys, isolating, python_rows
+from wal_sink.protocol.row_by_row import (
+    drop_non_finite,
+    drop_null_keys,
+    isolating,
+    python_rows,
+    refused,
+)
 from wal_sink.protocol.screen import Screen, target_screen
 from wal_sink.wal.quarantine import Entry
 
@@ -71,10 +79,13 @@ class HistoryApplier:
         self._screened: Screen | None = None
         self._required: set[str] = set()
         """The history's NOT NULL data columns (the events table allows NULL)."""
+        self._checked: set[frozenset[str]] = set()
+        """The stream schemas whose writes were checked (once each)."""
 
     def refresh(self) -> None:
         """Forget the reflected tables (their DDL changed them)."""
         self._target = self._events = self._screened = None
+        self._checked.clear()
 
     def close(self) -> None:
         """Nothing to end: no thread of its own."""
@@ -149,10 +160,13 @@ class HistoryApplier:
     ) -> AppliedRows:
         mysql, cdc = self.mysql, self.config.cdc
         events = self.events(conn)
+        if frozenset(names) not in self._checked:
+            check_writes(conn, self.config, mysql, names)  # as the start does
+            self._checked.add(frozenset(names))
         written = [n for n in names if n in events.c and n not in (SEQUENCE, OP)]
         token = uuid.uuid4().hex
         bad: list[Entry] = []
-        rows = drop_null_keys(rows, mysql.key, bad)
+        rows = drop_non_finite(drop_null_keys(rows, mysql.key, bad), bad)
         recorded: dict[int, dict[str, Any]] = {}
         params = []
         for row in rows:
@@ -177,7 +191,63 @@ class HistoryApplier:
             }
             recorded[id(event)] = row
             params.append(event)
-        before = len(bad)
+        applied = self._isolated(conn, params, recorded, written, token)
+        return AppliedRows(
+            applied.upserted, applied.deleted, applied.skipped, bad + applied.set_aside
+        )
+
+    def _isolated(
+        self,
+        conn: Connection,
+        params: list[dict[str, Any]],
+        recorded: dict[int, dict[str, Any]],
+        written: list[str],
+        token: str,
+    ) -> AppliedRows:
+        """The events ``params`` applied under a savepoint; when MySQL refuses a
+        key's new records (a CHECK, a foreign key, a trigger), key by key, the
+        refused key's records set aside with MySQL's reason."""
+        savepoint = conn.begin_nested()
+        try:
+            applied = self._apply(conn, params, recorded, written, token)
+        except DBAPIError as e:
+            if not is_row_error(e):
+                raise  # a deadlock or a lost link may have ended the transaction
+            savepoint.rollback()
+            by_key: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+            for event in params:
+                key = tuple(event[k] for k in self.mysql.key)
+                by_key.setdefault(key, []).append(event)
+            if len(by_key) == 1:
+                reason = refused(conn, params[0], e)
+                return AppliedRows(
+                    set_aside=[Entry(recorded[id(r)], reason) for r in params]
+                )
+            parts = [
+                self._isolated(conn, part, recorded, written, token)
+                for part in by_key.values()
+            ]
+            return AppliedRows(
+                sum(p.upserted for p in parts),
+                sum(p.deleted for p in parts),
+                sum(p.skipped for p in parts),
+                [entry for p in parts for entry in p.set_aside],
+            )
+        savepoint.commit()
+        return applied
+
+    def _apply(
+        self,
+        conn: Connection,
+        params: list[dict[str, Any]],
+        recorded: dict[int, dict[str, Any]],
+        written: list[str],
+        token: str,
+    ) -> AppliedRows:
+        """Add the events (each MySQL refuses set aside), then write the histories
+        of their keys; a history MySQL refuses raises."""
+        events = self.events(conn)
+        bad: list[Entry] = []
         stmt = insert(events)
         # an event seen again changes nothing; a delete replaces an upsert at its
         # sequence (left to right: the op last, as MySQL sees earlier results)
@@ -196,18 +266,18 @@ class HistoryApplier:
             ]
         )
         isolating(conn, stmt, params, bad)
-        bad[before:] = [Entry(recorded[id(e.record)], e.reason) for e in bad[before:]]
-        refused = {id(e.record) for e in bad}
+        refused_ids = {id(e.record) for e in bad}
         keys = {
-            tuple(e[k] for k in mysql.key)
+            tuple(e[k] for k in self.mysql.key)
             for e in params
-            if id(recorded[id(e)]) not in refused
+            if id(e) not in refused_ids
         }
+        set_aside = [Entry(recorded[id(e.record)], e.reason) for e in bad]
         if not keys:
-            return AppliedRows(set_aside=bad)
+            return AppliedRows(set_aside=set_aside)
         new = self._rewrite(conn, events, sorted(keys, key=repr), written, token)
-        repeated = len(params) - len(bad[before:]) - sum(new.values())
-        return AppliedRows(new[UPSERT], new[DELETE], repeated, bad)
+        repeated = len(params) - len(bad) - sum(new.values())
+        return AppliedRows(new[UPSERT], new[DELETE], repeated, set_aside)
 
     def _rewrite(
         self,
@@ -217,47 +287,67 @@ class HistoryApplier:
         written: list[str],
         token: str,
     ) -> dict[str, int]:
-        """Compute the history of ``keys`` from all their events and replace their
-        rows; returns how many events of each op this chunk added."""
+        """Compute the history of ``keys`` from all their events and write what
+        differs from their rows: a record whose span or values changed is updated
+        in place (by key and __START_AT), a new one inserted, one no longer there
+        deleted; rows that stay are not touched. Returns how many events of each
+        op this chunk added."""
         mysql = self.mysql
         history = self.target()
         key_columns = [events.c[k] for k in mysql.key]
-        # one key as the server compares keys ('A' and 'a' under a
-        # case-insensitive collation): its rank
+        touched = tuple_(*key_columns).in_(keys)
+        # one key as the server compares keys ('A' and 'a ' under a
+        # case-insensitive PAD SPACE collation): its rank, for the events and,
+        # joined by key, for the history's rows
         rank = func.dense_rank().over(order_by=key_columns).label(RANK)
-        group = (
-            select(*events.c, rank)
-            .where(tuple_(*key_columns).in_(keys))
-            .with_for_update()
-        )
+        found = select(*events.c, rank).where(touched).with_for_update()
         data = [c for c in written if c not in mysql.key]
         by_key: dict[int, list[dict[str, Any]]] = {}
         new = {UPSERT: 0, DELETE: 0}
-        for row in conn.execute(group).mappings():
+        for row in conn.execute(found).mappings():
             by_key.setdefault(row[RANK], []).append(dict(row))
             if row[APPLIED_BY] == token:
                 new[row[OP]] += 1
+        ranks = select(*key_columns, rank).where(touched).distinct().subquery()
         table_keys = [history.c[k] for k in mysql.key]
-        conn.execute(delete(history).where(tuple_(*table_keys).in_(keys)))
-        rows = []
-        for found in by_key.values():
-            first = min(found, key=lambda e: e[SEQUENCE])
+        stored = (
+            select(history, ranks.c[RANK])
+            .join(ranks, and_(*(history.c[k] == ranks.c[k] for k in mysql.key)))
+            .where(tuple_(*table_keys).in_(keys))
+            .with_for_update()
+        )
+        rows: dict[int, dict[Any, dict[str, Any]]] = {}
+        for row in conn.execute(stored).mappings():
+            rows.setdefault(row[RANK], {})[row[START_AT]] = dict(row)
+        writes, gone = [], []
+        for group, found_events in by_key.items():
+            first = min(found_events, key=lambda e: e[SEQUENCE])
+            have = rows.get(group, {})
             for record in records(
                 (
                     Event(e[SEQUENCE], e[OP] == DELETE, {c: e[c] for c in data})
-                    for e in found
+                    for e in found_events
                 ),
                 mysql.tracks,
                 mysql.ignore_null_updates,
             ):
-                rows.append(
-                    {
-                        **{k: first[k] for k in mysql.key},
-                        **record.values,
-                        START_AT: record.start,
-                        END_AT: record.end,
-                    }
-                )
-        if rows:
-            conn.execute(insert(history), rows)
+                row = have.pop(record.start, None)
+                wanted = {**record.values, END_AT: record.end}
+                if row is None or any(row[c] != v for c, v in wanted.items()):
+                    key = row or first
+                    writes.append(
+                        {**{k: key[k] for k in mysql.key}, START_AT: record.start}
+                        | wanted
+                    )
+            gone += [tuple(r[c] for c in (*mysql.key, START_AT)) for r in have.values()]
+        if gone:
+            spans = tuple_(*table_keys, history.c[START_AT])
+            conn.execute(delete(history).where(spans.in_(gone)))
+        if writes:
+            stmt = insert(history)
+            changed = [*data, END_AT]
+            conn.execute(
+                stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in changed}),
+                writes,
+            )
         return new
