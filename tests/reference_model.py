@@ -49,10 +49,25 @@ upserts and ``u``'s first for deletes, each table's in staged order; a delete of
 new ``ref`` has no ``t`` row. A retry routes each batch's entries again the same
 way. With truncate_values ``u`` is versioned too (``Routed.versioned``).
 
+A history sink (``Sink.scd_type`` 2, docs/merge.md "History (SCD type 2)") keeps
+every event it applied (``events``: by collated key, by version, an upsert's values
+or DELETE) and its target's rows are the records of each key's events sorted by
+version (``_records``): an upsert ends the open record at its version and opens one,
+unless every tracked column equals the open record's (then the open record takes its
+values in place); a ``[cdc]`` delete ends the open record; with
+``ignore_null_updates`` a NULL keeps the open record's value. A record without a key
+or a version is set aside; an upsert at a version its key has an event at (an upsert
+seen again, or a delete there) is skipped, before its values are judged; a delete
+replaces an upsert at its version (a delete seen again is skipped); an upsert's
+values are judged as for any row, a NULL for a NOT NULL column set aside under
+``ignore_null_updates`` too. A history keeps no tombstones.
+
 Which sinks are refused at start (``refusal``) is decided from the shape and the
 configs alone: among them a key or version column narrower than the stream's type,
 two tables of one sink keeping their tombstones in one table, and a sink without
-truncate_values on a target another sink truncates (it would not honour T).
+truncate_values on a target another sink truncates (it would not honour T), a
+history sink with another merge mode than overwrite (a config error) or on a table
+that is not a history (``Target.history``).
 
 Each record set aside carries the kinds of reason it may be set aside for (REASONS:
 a record with two faults may be set aside for either). Tombstones are the table's:
@@ -155,8 +170,15 @@ TRUNCATE = "truncate"  # a truncate without a version
 KEPT_NULL = "kept null"  # an effect: a NULL kept a stored value (ignore_nulls)
 TRUNCATED = "truncated"  # an effect: a truncate deleted rows
 TRUNCATE_STALE = "truncate stale"  # an effect: an upsert at or below T skipped
+NO_VERSION = "no version"  # a history record without a version
+SPLIT = "split"  # an effect: a late upsert split a record of a history
+IN_PLACE = "in place"  # an effect: an upsert changed an untracked column in place
 REASONS = (NULL_KEY, NOT_FINITE, NULL, RANGE, NARROW, PARENT, CHILD, UNIQUE, ROUTE,
-           VERSION, WHOLE, TRUNCATE)  # fmt: skip
+           VERSION, WHOLE, TRUNCATE, NO_VERSION)  # fmt: skip
+START_AT, END_AT = "__START_AT", "__END_AT"
+"""A history record's span: [__START_AT, __END_AT), __END_AT NULL while open."""
+DELETE = "delete"
+"""A history's event of a delete (an upsert's is its values)."""
 
 
 @dataclass(frozen=True)
@@ -250,6 +272,9 @@ class Target:
     """A child table references the key: "restrict" or "cascade" on delete."""
     before_trigger_sets: tuple[str, ...] = ()
     """Columns a BEFORE INSERT/UPDATE trigger assigns (``SET NEW.col = …``)."""
+    history: bool = False
+    """A history table: ``__START_AT`` and ``__END_AT`` of the version column's
+    type, the primary key (key…, ``__START_AT``)."""
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)
@@ -310,6 +335,12 @@ class Sink:
     value of an overwrite column."""
     excepted: tuple[str, ...] = ()
     """``except_columns`` (``t``'s): stream columns ``t`` never takes."""
+    scd_type: int = 1
+    """``stored_as_scd_type``: 2 keeps a history of every key."""
+    tracked: tuple[str, ...] | None = None
+    """``track_history_column_list`` (None: every data column)."""
+    untracked: tuple[str, ...] = ()
+    """``track_history_except_column_list``."""
 
     def rule(self, column: str) -> ModeRule:
         """The column's merge rule; with ``ignore_nulls`` a NULL keeps the stored
@@ -337,8 +368,18 @@ class Sink:
 
     @property
     def guarded(self) -> bool:
-        """[cdc] and a version column: deletes leave tombstones."""
+        """[cdc] and a version column: deletes leave tombstones (a history's
+        need none)."""
         return self.cdc is not None and self.version is not None
+
+    def tracks(self, column: str) -> bool:
+        """Whether a history opens a record when ``column`` changes: a data
+        column (never a key or the version column) the lists track."""
+        if column in self.key or column == self.version:
+            return False
+        if self.tracked is not None and column not in self.tracked:
+            return False
+        return column not in self.untracked
 
 
 @dataclass
@@ -432,9 +473,16 @@ class ReferenceModel:
         self.truncated: dict[str, Tombstone] = {}
         """Each table's truncate tombstone T ("t", "u")."""
         self.state = {s.sink_id: SinkState() for s in sinks}
+        self.events: dict[tuple, dict[Any, Any]] = {}
+        """A history's events by collated key: version -> DELETE or the upsert's
+        values."""
+        self.spelling: dict[tuple, dict[str, Any]] = {}
+        """A history's key columns as its key's first event spelt them."""
+        self.history: dict[tuple, list[dict[str, Any]]] = {}
+        """A history's records by collated key, sorted by ``__START_AT``."""
         self.effects: Counter = Counter()
         """What the merge did that a feature exists for (``KEPT_NULL``,
-        ``TRUNCATED``, ``TRUNCATE_STALE``)."""
+        ``TRUNCATED``, ``TRUNCATE_STALE``, ``SPLIT``, ``IN_PLACE``)."""
         self.owned = owned_columns(self)
         """The target columns the model holds: those a sink not refused writes."""
 
@@ -450,6 +498,12 @@ class ReferenceModel:
         (``[...]``) or the tombstones (the sink names one: which is its order)."""
         sink, target = self.sinks[sink_id], self.target
         found = []
+        if sink.scd_type == 2:
+            modes = [c for c, mode in sink.merge if mode != "overwrite"]
+            if modes:
+                found.append(f"a merge mode other than overwrite in a history: {modes}")
+            if not target.history:
+                found.append(f"not a history table: {[START_AT, END_AT]}")
         if sink.version and sink.version not in sink.stream:
             found.append(
                 f"the version column is absent from the stream: {[sink.version]}"
@@ -727,6 +781,8 @@ class ReferenceModel:
                 return _outcome(self._apply_u(sink, record))
         elif self._is_truncate(sink, record):
             return _outcome(self._truncate(sink, "t", record))
+        if sink.scd_type == 2:
+            return _outcome(self._event(sink, record))
         key = self._key(sink, record)
         if key is None:
             return QUARANTINED, frozenset({NULL_KEY} | self._faults(sink, record))
@@ -939,6 +995,108 @@ class ReferenceModel:
         if cut is None or version >= cut.version:
             self.truncated[table] = Tombstone(version, sink.sink_id)
         return DELETED
+
+    # -- a history ------------------------------------------------------------------
+
+    def _event(self, sink: Sink, record: dict[str, Any]) -> Any:
+        """A history sink's record: its key's events gain it, its records are
+        computed again."""
+        delete = self._is_delete(sink, record)
+        key, version = self._key(sink, record), record.get(sink.version)
+        kinds = set()
+        if key is None:
+            kinds.add(NULL_KEY)
+        if version is None:
+            kinds.add(NO_VERSION)
+        elif not self.target.column(sink.version).fits(version):
+            kinds |= {VERSION, RANGE}
+        if kinds:
+            return QUARANTINED, kinds | (
+                set() if delete else self._faults(sink, record)
+            )
+        events = self.events.get(key, {})
+        held = events.get(version)
+        if held is not None and (held == DELETE or not delete):
+            return SKIPPED  # seen again, or an upsert at a delete's version
+        if not delete:
+            faults = self._faults(sink, record)
+            if faults:
+                return QUARANTINED, faults
+        self.events[key] = {**events, version: DELETE if delete else dict(record)}
+        self.spelling.setdefault(key, {k: record[k] for k in sink.key})
+        before = self.history.get(key, [])
+        self.history[key] = self._records(sink, key, version)
+        if not delete and self._splits(before, self.history[key], self.events[key]):
+            self.effects[SPLIT] += 1
+        return DELETED if delete else APPLIED
+
+    def _records(self, sink: Sink, key: tuple, new: Any) -> list[dict[str, Any]]:
+        """The key's records: its events sorted by version, each upsert ending the
+        open record and opening one or updating it in place; a delete ending it.
+        ``new``: the version just added (an in-place update of an untracked column
+        there is counted)."""
+        records: list[dict[str, Any]] = []
+        open_: dict[str, Any] | None = None
+        events = self.events[key]
+        for version in sorted(events):
+            event = events[version]
+            if event == DELETE:
+                if open_ is not None:
+                    open_[END_AT] = version
+                open_ = None
+                continue
+            values = {c: event.get(c) for c in sink.written if c not in sink.key}
+            if open_ is not None and sink.ignore_nulls:
+                values = {
+                    c: open_[c] if v is None and c != sink.version else v
+                    for c, v in values.items()
+                }
+            if open_ is not None and all(
+                values[c] == open_[c] for c in values if sink.tracks(c)
+            ):
+                changed = any(
+                    values[c] != open_[c]
+                    for c in values
+                    if c not in sink.key and c != sink.version
+                )
+                self.effects[IN_PLACE] += version == new and changed
+                open_.update(values)
+                continue
+            if open_ is not None:
+                open_[END_AT] = version
+            open_ = {
+                **dict.fromkeys(self.owned),
+                **values,
+                **self.spelling[key],
+                START_AT: version,
+                END_AT: None,
+            }
+            records.append(open_)
+        return records
+
+    @staticmethod
+    def _splits(before: list[dict], after: list[dict], events: dict) -> bool:
+        """Whether the upsert just added (the last of ``events``) split a record:
+        it opened one inside the span of a record, and later events exist."""
+        version = list(events)[-1]
+        inside = any(
+            r[START_AT] < version and (r[END_AT] is None or r[END_AT] > version)
+            for r in before
+        )
+        opened = any(r[START_AT] == version for r in after)
+        return inside and opened and any(v > version for v in events)
+
+    def history_rows(self) -> dict[tuple, dict[str, Any]]:
+        """Every record of every key, by (collated key, ``__START_AT``)."""
+        return {
+            (key, record[START_AT]): record
+            for key, records in self.history.items()
+            for record in records
+        }
+
+    def event_count(self) -> int:
+        """Rows of the events table: one per key and version."""
+        return sum(len(events) for events in self.events.values())
 
     # -- a routed sink's second table ---------------------------------------------
 

@@ -13,9 +13,16 @@ from tests.reference_model import (
     APPLIED,
     CHILD,
     DELETED,
+    END_AT,
+    IN_PLACE,
     KEPT_NULL,
+    NO_VERSION,
+    NULL,
+    NULL_KEY,
     QUARANTINED,
     SKIPPED,
+    SPLIT,
+    START_AT,
     TRUNCATE,
     TRUNCATE_STALE,
     TRUNCATED,
@@ -505,3 +512,92 @@ def test_a_sink_that_does_not_truncate_is_refused_beside_one_that_does():
     model = cdc_model(truncating(), cdc_sink("s2"))
     assert "another sink truncates" in model.refusal("s2")
     assert model.refusal("s1") is None
+
+
+def history(cdc=True, history_shape=True, **settings) -> ReferenceModel:
+    """A history of ``id`` with ``n``, ``label`` and the version ``v``."""
+    stream = ["id", "n", "label", "v", *(["seq"] if cdc else [])]
+    return ReferenceModel(
+        target(N, LABEL, V, SEQ, history=history_shape),
+        [sink(stream, version="v", cdc=cdc, scd_type=2, **settings)],
+    )
+
+
+def event(key, v, n=1, label="a", op="U"):
+    return {"id": key, "n": n, "label": label, "v": v, "seq": 0, "op": op}
+
+
+def spans(model: ReferenceModel, key=1) -> list[tuple]:
+    """The key's records as (start, end, n, label, v)."""
+    return [
+        (r[START_AT], r[END_AT], r["n"], r["label"], r["v"])
+        for r in model.history.get((key,), [])
+    ]
+
+
+def test_a_history_is_its_events_sorted_by_version_whatever_their_order():
+    """A late upsert splits the record it falls in; a delete ends the open record
+    and a later upsert opens one; the same events in any order end the same."""
+    events = [
+        event(1, 1, n=1),
+        event(1, 5, n=5),
+        event(1, 7, op="D"),
+        event(1, 9, n=9),
+        event(1, 3, n=3),
+    ]
+    wanted = [
+        (1, 3, 1, "a", 1),
+        (3, 5, 3, "a", 3),
+        (5, 7, 5, "a", 5),
+        (9, None, 9, "a", 9),
+    ]
+    model = history()
+    run(model, events)
+    assert spans(model) == wanted
+    assert model.effects[SPLIT] == 1, "the event at 3 came late"
+    backwards = history()
+    run(backwards, *[[e] for e in reversed(events)])
+    assert spans(backwards) == wanted and backwards.event_count() == 5
+    assert model.rows == {} and model.tombstones == {}, "no row per key, no tombstones"
+
+
+def test_an_upsert_equal_in_every_tracked_column_updates_the_open_record_in_place():
+    """Untracked columns (and the version) change in place; a late event that
+    changes a tracked column splits the record and takes the earlier values."""
+    model = history(untracked=("label",))
+    run(model, [event(1, 1, label="a"), event(1, 5, label="b")])
+    assert spans(model) == [(1, None, 1, "b", 5)]
+    assert model.effects[IN_PLACE] == 1
+    run(model, [event(1, 3, n=2, label="c")])
+    assert spans(model) == [(1, 3, 1, "a", 1), (3, 5, 2, "c", 3), (5, None, 1, "b", 5)]
+    listed = history(tracked=("label",))
+    run(listed, [event(1, 1, n=1), event(1, 2, n=2)])
+    assert spans(listed) == [(1, None, 2, "a", 2)]
+
+
+def test_a_delete_wins_at_its_version_and_an_event_seen_again_is_skipped():
+    model = history()
+    run(model, [event(1, 5, n=5), event(1, 5, op="D"), event(1, 5, n=6)])
+    assert model.state["s1"].acks[0] == Ack(rows=1, deleted=1, skipped=1)
+    run(model, [event(1, 5, op="D"), event(1, 2, n=2), event(1, 2, n=3)])
+    assert model.state["s1"].acks[1] == Ack(rows=1, deleted=0, skipped=2)
+    assert spans(model) == [(2, 5, 2, "a", 2)] and model.event_count() == 2
+
+
+def test_a_history_record_without_a_key_or_version_or_with_a_null_is_set_aside():
+    model = history(ignore_nulls=True, cdc=False)
+    up_ = {"id": 1, "n": 1, "label": "a", "v": None}
+    assert model.apply_record("s1", up_) == (QUARANTINED, frozenset({NO_VERSION}))
+    assert NULL_KEY in model.apply_record("s1", {**up_, "id": None, "v": 2})[1]
+    model.target = replace(
+        model.target, columns=(ID, replace(N, nullable=False), LABEL, V)
+    )
+    assert model.apply_record("s1", {**up_, "v": 2, "n": None})[1] == {NULL}
+    run(model, [{**up_, "v": 2}, {**up_, "v": 3, "label": None}])
+    assert spans(model) == [(2, None, 1, "a", 3)], "the NULL kept the open value"
+
+
+def test_a_history_sink_is_refused_with_add_or_keep_or_on_a_table_of_one_row():
+    assert "merge mode" in history(merge=[("n", "add")]).refusal("s1")
+    assert "not a history" in history(history_shape=False).refusal("s1")
+    assert history().refusal("s1") is None
