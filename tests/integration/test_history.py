@@ -292,3 +292,13 @@ def test_a_key_whose_history_mysql_refuses_is_set_aside_the_rest_applied(
     assert history(db) == [(1, "a", 1, 1, 1, None), (3, "c", 3, 1, 1, None)]
     assert [r.split(":")[0] for r in open_reasons(cfg)] == ["MySQL error 4025"]
     assert acks(db) == [(0, 2, 0, 0, 1)]
+
+
+def test_another_unique_index_on_a_history_is_refused(db, fresh, config):
+    """Records of one key share their values: UNIQUE (label) would refuse a key's
+    next version, so it is refused before anything is written."""
+    fresh(TABLE.replace("PRIMARY KEY", "UNIQUE (label), PRIMARY KEY"))
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    with pytest.raises(ConfigError, match="label"):
+        apply(cfg, SCHEMA, [up(1, "a", 1, 1)])
+    assert history(db) == []
