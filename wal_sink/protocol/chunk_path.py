@@ -109,6 +109,15 @@ class AppliedRows:
     tables: dict[str, TableCounts] = field(default_factory=dict)
     """Per table, with several tables (``""``: rows whose route names none)."""
 
+    def __add__(self, other: AppliedRows) -> AppliedRows:
+        """Both counts of one table, in order (no per-table counts)."""
+        return AppliedRows(
+            self.upserted + other.upserted,
+            self.deleted + other.deleted,
+            self.skipped + other.skipped,
+            self.set_aside + other.set_aside,
+        )
+
 
 class FastWays(Protocol):
     """A schema's statements for the ways above row by row (None where it has

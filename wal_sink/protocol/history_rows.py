@@ -132,25 +132,21 @@ class HistoryApplier:
         stream: Sequence[str] | None = None,
     ) -> AppliedRows:
         """Apply ``chunks`` (``total`` rows) in order, as a staged batch's."""
-        upserted = deleted = skipped = done = 0
-        bad: list[Entry] = []
+        applied = AppliedRows()
+        done = 0
         screen = self._screen(conn)
         for chunk in coalesced(chunks, self.config.wal.chunk_rows):
             fit = screen.fit(chunk.schema)
             fit.refuse()
             say_warnings(self.config.sink.id, fit)
             screened = screen(chunk)
-            bad += screened.set_aside
             rows = python_rows(screened.chunk)
-            applied = self._chunk(conn, rows, screened.chunk.schema.names)
-            upserted += applied.upserted
-            deleted += applied.deleted
-            skipped += applied.skipped
-            bad += applied.set_aside
+            applied += AppliedRows(set_aside=screened.set_aside)
+            applied += self._chunk(conn, rows, screened.chunk.schema.names)
             done += screened.read
             if on_chunk is not None:
                 on_chunk(done, total)
-        return AppliedRows(upserted, deleted, skipped, bad)
+        return applied
 
     def _chunk(
         self,
@@ -191,9 +187,8 @@ class HistoryApplier:
             }
             recorded[id(event)] = row
             params.append(event)
-        applied = self._isolated(conn, params, recorded, written, token)
-        return AppliedRows(
-            applied.upserted, applied.deleted, applied.skipped, bad + applied.set_aside
+        return AppliedRows(set_aside=bad) + self._isolated(
+            conn, params, recorded, written, token
         )
 
     def _isolated(
@@ -223,16 +218,10 @@ class HistoryApplier:
                 return AppliedRows(
                     set_aside=[Entry(recorded[id(r)], reason) for r in params]
                 )
-            parts = [
-                self._isolated(conn, part, recorded, written, token)
-                for part in by_key.values()
-            ]
-            return AppliedRows(
-                sum(p.upserted for p in parts),
-                sum(p.deleted for p in parts),
-                sum(p.skipped for p in parts),
-                [entry for p in parts for entry in p.set_aside],
-            )
+            parts = AppliedRows()
+            for part in by_key.values():
+                parts += self._isolated(conn, part, recorded, written, token)
+            return parts
         savepoint.commit()
         return applied
 
