@@ -138,3 +138,15 @@ def test_healthy_sink_whose_batches_were_purged_starts(
     recovered = cli_recover(sink_config)
     assert recovered.returncode == 0, recovered.stderr
     assert "nothing to recover" in recovered.stdout
+
+
+def test_a_sink_that_cannot_read_the_checkpoint_says_so(db, tmp_path, caplog):
+    """WalSink in a user's own query, recovered without the checkpoint (no
+    [job] section): the check it cannot make is said, not skipped silently."""
+    for t in ("unseen", "wal_sink_ack", "wal_sink_lease", "wal_sink_outbox"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute("CREATE TABLE unseen (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(16,2))")
+    config = load_config(write_config(tmp_path / "unseen.toml", db, table="unseen"))
+    with WalSink(config) as sink:
+        sink.recover()
+    assert "the query's checkpoint is not known to the sink" in caplog.text

@@ -121,7 +121,15 @@ class WalSink(SinkInstance):
             self.config.job.checkpoint if self.config.job else None
         )
         spark = spark or SparkSession.getActiveSession()
-        if spark is not None and checkpoint is not None:
+        if spark is None or checkpoint is None:
+            log.warning(
+                "sink %s: the query's checkpoint is not known to the sink (give "
+                "recover() the spark session and the checkpointLocation, or set "
+                "[job] checkpoint): a replaced checkpoint is found only at its "
+                "first batch, and not at all while the sink holds batch 0 alone",
+                self.sink_id,
+            )
+        else:
             self._planning_times = PlanningTimes(spark, checkpoint)
             check_checkpoint(
                 self.sink_id,
