@@ -28,7 +28,8 @@ SCHEMA = pa.schema(
 def items(db):
     """A fresh `items` table (and a child table referencing it); returns a reader
     of {k: (label, v)}."""
-    for t in ("child", "items", "items_tombstones", "deleted", "wal_sink_ack"):
+    side = ("items_tombstones", "items_tombstones_truncate", "deleted")
+    for t in ("child", "items", *side, "wal_sink_ack"):
         db.execute(f"DROP TABLE IF EXISTS {t}")
     db.execute(
         "CREATE TABLE items (k BIGINT PRIMARY KEY, label VARCHAR(8), v BIGINT) "
@@ -305,6 +306,35 @@ def test_an_open_upsert_with_a_null_key_keeps_no_tombstone_from_expiring(
     finally:
         sink.close()
     assert db.rows("SELECT k FROM items_tombstones") == []
+
+
+def test_an_open_upsert_keeps_its_tombstone_whatever_the_configs_spelling(
+    db, items, config
+):
+    """The quarantined record holds the stream's names (k), the config says K:
+    the key is still found, and its tombstone stays (found by the fuzzer)."""
+    cfg = config("live", key=["K"])
+    apply(cfg, ops(("I", 1, "far too long", 3), ("D", 1, None, 5)))
+    db.execute("UPDATE items_tombstones SET _wal_deleted_at = '2000-01-01'")
+    sink = SinkInstance(cfg)
+    try:
+        assert expire_tombstones(sink) == 0
+    finally:
+        sink.close()
+    assert db.rows("SELECT k FROM items_tombstones") == [(1,)]
+
+
+def test_a_quarantined_truncate_keeps_no_tombstone_from_expiring(db, items, config):
+    """A truncate's key is not read: set aside (no version), it is no open upsert
+    of its key (found by the fuzzer)."""
+    cfg = config("live", cdc={**CDC, "truncate_values": ["T"]})
+    apply(cfg, ops(("D", 1, None, 5), ("T", 1, None, None)))
+    db.execute("UPDATE items_tombstones SET _wal_deleted_at = '2000-01-01'")
+    sink = SinkInstance(cfg)
+    try:
+        assert expire_tombstones(sink) == 1
+    finally:
+        sink.close()
 
 
 def test_a_stale_tombstone_table_is_not_altered_inside_a_batch(db, items, config):

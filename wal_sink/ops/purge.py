@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from wal_sink.config import Target, WalConfig
+from wal_sink.config.spelling import Spelling
 from wal_sink.durations import parse_duration
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.tombstones import Tombstones
@@ -214,15 +215,18 @@ def _open_upsert_keys(
     sink: SinkInstance, listed: list[ListedEntry], target: Target
 ) -> list[tuple[Any, ...]]:
     """The keys of the sink's open quarantine entries a retry would upsert into
-    ``target``. A key with a NULL matches no tombstone, and in the expiry's NOT IN
-    list it would make the condition unknown for every tombstone: left out."""
+    ``target`` (not its deletes or truncates), read by the stream's names, which
+    may differ from the config's in case. A key with a NULL matches no tombstone,
+    and in the expiry's NOT IN list it would make the condition unknown for every
+    tombstone: left out."""
     cdc = sink.config.cdc
     keys = set()
     for entry in listed:
         if entry.is_open and entry.kind == ROW and entry.table == target.table:
             record = json.loads(entry.entry.record)
-            if cdc is None or record.get(cdc.op_column) not in cdc.delete_values:
-                key = tuple(record.get(k) for k in target.key)
+            spelt = Spelling(record)  # the stream's names; the config's may differ
+            if cdc is None or record.get(spelt.of(cdc.op_column)) not in cdc.removing:
+                key = tuple(record.get(spelt.of(k)) for k in target.key)
                 if None not in key:
                     keys.add(key)
     return sorted(keys, key=repr)
