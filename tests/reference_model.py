@@ -57,8 +57,9 @@ unless every tracked column equals the open record's (then the open record takes
 values in place); a ``[cdc]`` delete ends the open record; with
 ``ignore_null_updates`` a NULL keeps the open record's value. A record without a key
 or a version is set aside; an upsert at a version its key has an event at (an upsert
-seen again, or a delete there) is skipped, before its values are judged; a delete
-replaces an upsert at its version (a delete seen again is skipped); an upsert's
+seen again, or a delete there, or one its batch holds) is skipped, before its values
+are judged; a delete replaces an upsert at its version (a delete seen again is
+skipped); an upsert's
 values are judged as for any row, a NULL for a NOT NULL column set aside under
 ``ignore_null_updates`` too. A history keeps no tombstones.
 
@@ -479,6 +480,9 @@ class ReferenceModel:
         self.spelling: dict[tuple, dict[str, Any]] = {}
         """A history's key columns as its key's first event spelt them."""
         self.history: dict[tuple, list[dict[str, Any]]] = {}
+        self.batch_deletes: set[tuple] = set()
+        """(key, version) of the history deletes of the batch being applied: an
+        upsert there is no event, wherever in the batch."""
         """A history's records by collated key, sorted by ``__START_AT``."""
         self.effects: Counter = Counter()
         """What the merge did that a feature exists for (``KEPT_NULL``,
@@ -601,6 +605,12 @@ class ReferenceModel:
         ack = Ack()
         records = state.batches[batch_id]
         position = {id(r): i for i, r in enumerate(records)}
+        sink = self.sinks[sink_id]
+        self.batch_deletes = {
+            (self._key(sink, r), r.get(sink.version))
+            for r in records
+            if sink.scd_type == 2 and self._is_delete(sink, r)
+        }
         for record in self.routed_order(sink_id, records):
             outcome, kinds = self.apply_record(sink_id, record)
             if outcome == QUARANTINED:
@@ -610,6 +620,7 @@ class ReferenceModel:
                 )
             ack.count(self.table_of(sink_id, record), outcome)
         state.acks[batch_id] = ack
+        self.batch_deletes = set()
 
     def set_aside_record(self, sink_id: str, record: dict[str, Any]) -> dict:
         """The record a row set aside keeps: whole, or, routed to a table, the
@@ -1018,6 +1029,8 @@ class ReferenceModel:
         held = events.get(version)
         if held is not None and (held == DELETE or not delete):
             return SKIPPED  # seen again, or an upsert at a delete's version
+        if not delete and (key, version) in self.batch_deletes:
+            return SKIPPED  # its batch deletes the key at its version
         if not delete:
             faults = self._faults(sink, record)
             if faults:
