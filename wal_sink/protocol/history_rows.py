@@ -321,20 +321,22 @@ class HistoryApplier:
                 mysql.ignore_null_updates,
             ):
                 row = have.pop(record.start, None)
-                wanted = {**record.values, END_AT: record.end}
+                # every record spells the key as its first event does (a late
+                # event may come first: the records already written take it too)
+                wanted = {
+                    **{k: first[k] for k in mysql.key},
+                    **record.values,
+                    END_AT: record.end,
+                }
                 if row is None or any(row[c] != v for c, v in wanted.items()):
-                    key = row or first
-                    writes.append(
-                        {**{k: key[k] for k in mysql.key}, START_AT: record.start}
-                        | wanted
-                    )
+                    writes.append({START_AT: record.start} | wanted)
             gone += [tuple(r[c] for c in (*mysql.key, START_AT)) for r in have.values()]
         if gone:
             spans = tuple_(*table_keys, history.c[START_AT])
             conn.execute(delete(history).where(spans.in_(gone)))
         if writes:
             stmt = insert(history)
-            changed = [*data, END_AT]
+            changed = [*mysql.key, *data, END_AT]
             conn.execute(
                 stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in changed}),
                 writes,
