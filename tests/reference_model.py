@@ -56,12 +56,12 @@ version (``_records``): an upsert ends the open record at its version and opens 
 unless every tracked column equals the open record's (then the open record takes its
 values in place); a ``[cdc]`` delete ends the open record; with
 ``ignore_null_updates`` a NULL keeps the open record's value. A record without a key
-or a version is set aside; an upsert at a version its key has an event at (an upsert
-seen again, or a delete there, or one its batch holds) is skipped, before its values
-are judged; a delete replaces an upsert at its version (a delete seen again is
-skipped); an upsert's
-values are judged as for any row, a NULL for a NOT NULL column set aside under
-``ignore_null_updates`` too. A history keeps no tombstones.
+or a version is set aside; an upsert's values are judged first, as for any row (a
+NULL for a NOT NULL column set aside under ``ignore_null_updates`` too), whatever
+the version; then an upsert at a version its key has an event at (an upsert seen
+again, or a delete there, or one its batch holds) is skipped; a delete replaces an
+upsert at its version (a delete seen again is skipped). A history keeps no
+tombstones.
 
 Which sinks are refused at start (``refusal``) is decided from the shape and the
 configs alone: among them a key or version column narrower than the stream's type,
@@ -1025,16 +1025,16 @@ class ReferenceModel:
             return QUARANTINED, kinds | (
                 set() if delete else self._faults(sink, record)
             )
+        if not delete:  # values are judged before the version
+            faults = self._faults(sink, record)
+            if faults:
+                return QUARANTINED, faults
         events = self.events.get(key, {})
         held = events.get(version)
         if held is not None and (held == DELETE or not delete):
             return SKIPPED  # seen again, or an upsert at a delete's version
         if not delete and (key, version) in self.batch_deletes:
             return SKIPPED  # its batch deletes the key at its version
-        if not delete:
-            faults = self._faults(sink, record)
-            if faults:
-                return QUARANTINED, faults
         self.events[key] = {**events, version: DELETE if delete else dict(record)}
         self.spelling.setdefault(key, {k: record[k] for k in sink.key})
         before = self.history.get(key, [])

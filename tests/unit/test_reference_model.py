@@ -20,6 +20,7 @@ from tests.reference_model import (
     NULL,
     NULL_KEY,
     QUARANTINED,
+    RANGE,
     SKIPPED,
     SPLIT,
     START_AT,
@@ -582,6 +583,18 @@ def test_a_delete_wins_at_its_version_and_an_event_seen_again_is_skipped():
     run(model, [event(1, 5, op="D"), event(1, 2, n=2), event(1, 2, n=3)])
     assert model.state["s1"].acks[1] == Ack(rows=1, deleted=0, skipped=2)
     assert spans(model) == [(2, 5, 2, "a", 2)] and model.event_count() == 2
+
+
+def test_a_history_upsert_that_does_not_fit_is_set_aside_even_at_a_deletes_version():
+    """Values are judged before the version: an upsert too long for ``label`` is
+    set aside whether the delete at its version came before or in its batch."""
+    model = history()
+    long = event(1, 5, label="x" * 9)
+    run(model, [long, event(1, 5, op="D")], [long])
+    assert model.state["s1"].acks[0] == Ack(deleted=1, quarantined=1)
+    assert model.state["s1"].acks[1] == Ack(quarantined=1)
+    assert [e.kinds for e in model.state["s1"].entries] == [{RANGE}, {RANGE}]
+    assert spans(model) == [] and model.event_count() == 1
 
 
 def test_a_history_record_without_a_key_or_version_or_with_a_null_is_set_aside():
