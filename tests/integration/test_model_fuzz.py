@@ -34,7 +34,7 @@ import sys
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -64,11 +64,16 @@ from tests.fuzzing.grammar import (
 from tests.fuzzing.grammar import toml as as_toml
 from tests.fuzzing.real import RealSink, comparable, utc
 from tests.reference_model import (
+    END_AT,
+    IN_PLACE,
     KEPT_NULL,
     REASONS,
+    SPLIT,
+    START_AT,
     TRUNCATE_STALE,
     TRUNCATED,
     ReferenceModel,
+    Sink,
 )
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError
@@ -122,6 +127,7 @@ REASON_KINDS = {
     "version": r"key or version does not fit",
     "whole": r"set aside whole by wal-sink quarantine-batch",
     "truncate": r"(?i)truncate.*version|version.*truncate",
+    "no version": r"history record needs a version",
 }
 """How a reason of each kind (reference_model.REASONS) reads."""
 assert set(REASON_KINDS) == set(REASONS)
@@ -140,6 +146,8 @@ REFUSAL_KINDS = {
     r"the version column)",
     "two tables share": r"tombstone",
     "another sink truncates": r"truncate tombstone .* cannot honour",
+    "a merge mode other than overwrite in a history": r"with stored_as_scd_type = 2",
+    "not a history table": r"is not a history table",
 }
 """How a refusal of each of the model's reasons (by its start) reads."""
 DAY = timedelta(days=1)
@@ -332,6 +340,8 @@ class ModelFuzz(RuleBasedStateMachine):
             raw = config_dict(sink, url, str(self.home / sink.sink_id / "wal"))
             config = config_from_dict(raw, base_dir=self.home)
             self.real[sink.sink_id] = RealSink(config, scenario.target, sink)
+            if sink.scd_type == 2:
+                self.refused_by_config(replace(sink, merge=(("n", "add"),)), url)
             why = self.model.refusal(sink.sink_id)
             note(
                 f"-- {sink.sink_id}.toml (stream: {', '.join(sink.stream)}; model: "
@@ -418,6 +428,22 @@ class ModelFuzz(RuleBasedStateMachine):
             f"model: {sink_id} is refused at start ({why}); the sink ran",
         )
 
+    def refused_by_config(self, sink: Sink, url: str) -> None:
+        """The model refuses ``sink`` (a variant of a drawn one); its config must
+        not load, in one line of the model's reason."""
+        reasons = ReferenceModel(self.scenario.target, [sink]).refusals(sink.sink_id)
+        raw = config_dict(sink, url, str(self.home / "refused" / "wal"))
+        try:
+            config_from_dict(raw, base_dir=self.home)
+        except ConfigError as e:
+            if "\n" in str(e) or not any(_names(r, str(e)) for r in reasons):
+                raise Disagreement(
+                    "config refusal",
+                    f"model: refused ({'; '.join(reasons)}); the config said: {e}",
+                ) from e
+            return
+        raise Disagreement("config refusal", f"model: refused {reasons}; it loaded")
+
     # -- rules -----------------------------------------------------------------------
 
     @rule(data=st.data())
@@ -427,9 +453,17 @@ class ModelFuzz(RuleBasedStateMachine):
         sink_id = self.pick(data, self.sink_ids())
         sink = self.model.sinks[sink_id]
         drawn = data.draw(records(self.scenario, sink), label="records")
+        earlier = [r for b in self.model.state[sink_id].batches.values() for r in b]
+        if sink.scd_type == 2 and earlier and data.draw(st.booleans()):
+            # records staged before, again (their rid kept: the same events)
+            drawn = data.draw(
+                st.lists(st.sampled_from(earlier), min_size=1, max_size=4)
+            )
+        elif sink.scd_type == 2 and data.draw(st.booleans()):
+            drawn = _late(drawn, sink.version)  # a record split in one batch
         batch = []
         for seq, record in enumerate(drawn):
-            record = {**record, "rid": next(self.rids)}
+            record = {"rid": next(self.rids), **record}
             if sink.cdc:
                 record[sink.cdc.order_by] = seq
             batch.append({c: record.get(c) for c in sink.columns})
@@ -617,7 +651,10 @@ class ModelFuzz(RuleBasedStateMachine):
         updated, inserted = self.model.take_stamped()
         with self.root() as conn, conn.cursor() as cur:
             cur.execute("SET SESSION time_zone = '+00:00'")
-            self.check_rows(cur, updated, inserted)
+            if self.scenario.target.history:
+                self.check_history(cur)
+            else:
+                self.check_rows(cur, updated, inserted)
             if any(s.routed for s in self.scenario.sinks):
                 self.check_u_rows(cur)
                 self.check_u_tombstones(cur)
@@ -689,6 +726,42 @@ class ModelFuzz(RuleBasedStateMachine):
                 else:
                     self._expect(key, column, row[column], None)
         self.seen = found
+
+    def check_history(self, cur: Any) -> None:
+        """A history: every record of every key, every column the model holds
+        with ``__START_AT`` and ``__END_AT`` (others NULL), and the number of
+        events its events table keeps."""
+        target = self.scenario.target
+        cur.execute("SHOW COLUMNS FROM t")
+        columns = [r[0] for r in cur.fetchall()]
+        cur.execute(f"SELECT {', '.join(f'`{c}`' for c in columns)} FROM t")
+        owned = list(dict.fromkeys([*target.key, *self.model.owned]))
+        found: dict[tuple, dict] = {}
+        for values in cur.fetchall():
+            row = dict(zip(columns, map(utc, values)))
+            key = tuple(target.column(k).collate(row[k]) for k in target.key)
+            found[(key, row[START_AT])] = row
+        for row in found.values():
+            for column in set(columns) - {*owned, START_AT, END_AT}:
+                self._expect(row[START_AT], column, row[column], None)
+        shown = [*owned, START_AT, END_AT]
+        actual = {k: {c: r[c] for c in shown} for k, r in found.items()}
+        expected = {
+            k: {c: r.get(c) for c in shown}
+            for k, r in self.model.history_rows().items()
+        }
+        if actual != expected:
+            raise Disagreement("history", _diff(expected, actual))
+        cur.execute("SHOW TABLES LIKE 't_events'")
+        events = 0
+        if cur.fetchall():
+            cur.execute("SELECT COUNT(*) FROM t_events")
+            events = cur.fetchone()[0]
+        if events != self.model.event_count():
+            raise Disagreement(
+                "events",
+                f"t_events holds {events} events, model {self.model.event_count()}",
+            )
 
     def _check_sid(self, key: tuple, row: dict, before: dict | None, new: bool) -> None:
         if new:
@@ -959,11 +1032,13 @@ STEP_FEATURES = {
 FEATURE_EFFECTS = {
     "ignore_nulls": {KEPT_NULL},
     "truncate": {TRUNCATED, TRUNCATE_STALE},
+    "history": {SPLIT, IN_PLACE},
 }
 """Features exercised only when the merge did what they exist for (every effect
 named, in one example): a sink with ignore_null_updates that never met a NULL for a
 stored value tested nothing, nor truncates that deleted no row and skipped no
-upsert."""
+upsert, nor a history whose late events split no record and whose upserts changed
+no untracked column in place."""
 UNSEEN_REASONS = frozenset({"child"})
 """Kinds of reason the fixed run need not meet: a delete a child row refuses needs
 a child row and then a delete of its key, which the derandomized draws do not reach
@@ -983,6 +1058,17 @@ RULES = (
     "remove_children",
     "time_passes",
 )
+
+
+def _late(records: list[dict], version: str) -> list[dict]:
+    """``records`` by version, the middle one last: a late event after those it
+    falls between (records without a version first)."""
+    dated = sorted(
+        (r for r in records if r.get(version) is not None), key=lambda r: r[version]
+    )
+    if len(dated) >= 3:
+        dated.append(dated.pop(len(dated) // 2))
+    return [r for r in records if r.get(version) is None] + dated
 
 
 def check_coverage(examples: list[Covered]) -> None:
