@@ -1039,11 +1039,14 @@ named, in one example): a sink with ignore_null_updates that never met a NULL fo
 stored value tested nothing, nor truncates that deleted no row and skipped no
 upsert, nor a history whose late events split no record and whose upserts changed
 no untracked column in place."""
-UNSEEN_REASONS = frozenset({"child"})
+UNSEEN_REASONS = frozenset({"child", "truncate"})
 """Kinds of reason the fixed run need not meet: a delete a child row refuses needs
 a child row and then a delete of its key, which the derandomized draws do not reach
 (test_tombstone_ownership.py's test_a_refused_delete_leaves_no_tombstone holds
-it; ``make fuzz`` reaches it)."""
+it; ``make fuzz`` reaches it); a truncate without a version is met in some runs of
+the fixed draws and not in others (seen with the unit tests beside it on the other
+worker), so it is not required (test_truncates.py's
+test_a_truncate_without_a_version_is_set_aside holds it)."""
 RULES = (
     "stage",
     "apply",
