@@ -5,6 +5,7 @@
   tests/, so a renamed or removed test cannot leave a claim behind that nothing
   proves any more.
 - The configuration reference the site generates lists every key of the schema.
+- Every ``sink.method(`` a page tells users to call is a method of ``WalSink``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from devtools.docs_hooks import config_reference, target_schema
 from wal_sink.config import config_schema
 
 ROOT = Path(__file__).resolve().parents[2]
+SINK_CALL = re.compile(r"\bsink\.(\w+)\(")
 CITED = re.compile(r"`((?:tests/\w+/)?(test_\w+)\.py)(?:::(test_\w+))?`|`(test_\w+)`")
 TEST_DEF = re.compile(r"^\s*(?:async\s+)?def (test_\w+)\(", re.MULTILINE)
 
@@ -94,3 +96,16 @@ def test_the_configuration_reference_lists_every_key_of_the_schema():
     assert expected <= rows, f"keys missing from the reference: {expected - rows}"
     nested = {"mysql.outage_budget", "job.restart.strategy", "transform.watermark.expr"}
     assert nested <= rows
+
+
+def test_every_sink_method_the_docs_call_exists():
+    from wal_sink.spark.sink import WalSink
+
+    called = {
+        (path.name, name)
+        for path in documents()
+        for name in SINK_CALL.findall(path.read_text(encoding="utf-8"))
+    }
+    assert called, "no sink.method( found: the pattern no longer matches the docs"
+    missing = sorted(c for c in called if not callable(getattr(WalSink, c[1], None)))
+    assert not missing, f"the docs call WalSink methods that do not exist: {missing}"
