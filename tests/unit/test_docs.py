@@ -6,6 +6,8 @@
   proves any more.
 - The configuration reference the site generates lists every key of the schema.
 - Every ``sink.method(`` a page tells users to call is a method of ``WalSink``.
+- The protocol page's table lists the invariants I1, I2, … in order, and every
+  page that names their range (``I1–In``) names the same last one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from devtools.docs_hooks import config_reference, target_schema
 from wal_sink.config import config_schema
 
 ROOT = Path(__file__).resolve().parents[2]
+INVARIANT_ROW = re.compile(r"^\| \*\*I(\d+) ", re.MULTILINE)
+INVARIANT_RANGE = re.compile(r"\bI1[–-]I(\d+)\b")
 SINK_CALL = re.compile(r"\bsink\.(\w+)\(")
 CITED = re.compile(r"`((?:tests/\w+/)?(test_\w+)\.py)(?:::(test_\w+))?`|`(test_\w+)`")
 TEST_DEF = re.compile(r"^\s*(?:async\s+)?def (test_\w+)\(", re.MULTILINE)
@@ -109,3 +113,16 @@ def test_every_sink_method_the_docs_call_exists():
     assert called, "no sink.method( found: the pattern no longer matches the docs"
     missing = sorted(c for c in called if not callable(getattr(WalSink, c[1], None)))
     assert not missing, f"the docs call WalSink methods that do not exist: {missing}"
+
+
+def test_the_invariants_are_listed_in_order_and_every_range_names_them_all():
+    rows = [
+        int(n) for n in INVARIANT_ROW.findall((ROOT / "docs/protocol.md").read_text())
+    ]
+    assert rows == list(range(1, len(rows) + 1)), f"protocol.md lists them as {rows}"
+    ranges = {
+        (path.name, int(last))
+        for path in documents()
+        for last in INVARIANT_RANGE.findall(path.read_text(encoding="utf-8"))
+    }
+    assert ranges and all(last == len(rows) for _, last in ranges), ranges
