@@ -161,13 +161,30 @@ def test_a_target_hidden_from_the_user_is_named_with_the_grant_it_needs(
     assert "Traceback" not in job.text()
 
 
-def test_a_missing_target_is_still_told_as_missing(db, tmp_path):
+@pytest.mark.parametrize(
+    "ddl, says",
+    [
+        (None, "table 't': target table does not exist; create it first"),
+        (
+            "CREATE TABLE t (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(16,2)) "
+            "ENGINE=MyISAM",
+            "table 't': target table uses MyISAM; it must be InnoDB",
+        ),
+    ],
+)
+def test_a_missing_or_non_transactional_target_is_refused_with_exit_2(
+    db, tmp_path, ddl, says
+):
+    """A wrong target is a configuration error: one line, exit 2, nothing made."""
     fresh_table(db, "t")
     db.execute("DROP TABLE t")
+    if ddl:
+        db.execute(ddl)
     r = cli(good(db, tmp_path), "recover")
-    assert r.returncode == 1 and r.stderr.count("\n") == 1
-    assert "target table does not exist; create it first" in r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: {says}"), r.stderr
     assert os.environ["WAL_SINK_MYSQL_PASSWORD"] not in r.stderr
+    assert not db.rows("SHOW TABLES LIKE 'wal_sink_ack'")
 
 
 def test_source_options_env_reaches_the_spark_reader(spark, monkeypatch):

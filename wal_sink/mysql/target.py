@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 from sqlalchemy import Connection, Engine, MetaData, Table, text
 from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
-from wal_sink.errors import ConfigError, TerminalError, TransientError
+from wal_sink.errors import ConfigError, TransientError
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.identifiers import quoted
 from wal_sink.mysql.target_profile import COLUMN_FACTS, read_columns
@@ -49,7 +49,7 @@ def reflect_target(engine: Engine, name: str) -> Table:
                 listeners=[("column_reflect", _unescaped_name)],
             )
         except NoSuchTableError:
-            raise TerminalError("target table does not exist", table=name) from None
+            raise ConfigError("target table does not exist", table=name) from None
         facts = read_columns(conn, name)
         for column in table.columns:
             column.info[COLUMN_FACTS] = facts.get(column.name.lower())
@@ -65,7 +65,7 @@ def _refuse_unseen(conn: Connection, name: str) -> NoReturn:
         conn.execute(text(f"SELECT 1 FROM {quote(name)} LIMIT 0"))
     except DBAPIError as e:
         if error_code(e) == NO_SUCH_TABLE:
-            raise TerminalError(
+            raise ConfigError(
                 "target table does not exist; create it first, or set "
                 "mysql.auto_create = true",
                 table=name,
