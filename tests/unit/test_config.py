@@ -211,6 +211,26 @@ def test_relative_paths_resolve_against_the_config_files_directory(
     assert c.mysql.password_file == str(conf / "pw")
 
 
+def test_relative_tls_files_resolve_against_the_config_files_directory(
+    tmp_path, monkeypatch
+):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "sink.toml").write_text(
+        "[sink]\nid = 's'\n[wal]\npath = 'w'\n"
+        "[mysql]\nurl = 'mysql+pymysql://u@h/d'\ntable = 't'\nkey = ['k']\n"
+        "tls = { ssl_ca = 'certs/ca.pem', ssl_cert = '/etc/ssl/client.pem', "
+        "ssl_key = '../keys/client.key', ssl_verify_cert = true }\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert load_config("conf/sink.toml").mysql.tls == {
+        "ssl_ca": str(conf / "certs" / "ca.pem"),
+        "ssl_cert": "/etc/ssl/client.pem",
+        "ssl_key": str(tmp_path / "keys" / "client.key"),
+        "ssl_verify_cert": True,
+    }
+
+
 def test_the_example_configs_point_into_the_checkouts_var(monkeypatch, tmp_path):
     repo = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(tmp_path)

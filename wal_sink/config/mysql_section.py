@@ -5,7 +5,7 @@ its outages."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 from pydantic.dataclasses import dataclass
@@ -28,6 +28,7 @@ from wal_sink.config.values import (
     Positive,
     PositiveSeconds,
     Text,
+    TlsOptions,
     mysql_url,
 )
 
@@ -94,13 +95,9 @@ class MysqlConfig:
     retry_table: Identifier = "wal_sink_retry"
     """Quarantine entries `wal-sink quarantine retry` applied, or tried and saw fail
     again: one row per entry, written in the retry's own transaction."""
-    tls: dict[
-        Literal[
-            "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert", "ssl_verify_identity"
-        ],
-        Any,
-    ] = Field(default_factory=dict)
-    """TLS options passed to PyMySQL."""
+    tls: TlsOptions = Field(default_factory=dict)
+    """TLS options passed to PyMySQL; a relative path of ``ssl_ca``, ``ssl_cert`` or
+    ``ssl_key`` is taken from the config file's directory."""
     local_infile: Annotated[bool, Field(strict=True)] = False
     """Upsert chunks with LOAD DATA LOCAL INFILE + one INSERT … SELECT (MariaDB, needs
     the server's local_infile); falls back to multi-row INSERTs when refused."""

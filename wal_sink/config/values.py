@@ -1,7 +1,8 @@
 """Config values checked beyond their type, which the sections are made of: plain
 SQL names, locations (relative paths are resolved here, once, against the base
-directory the loader passes in), counts, durations (a number of seconds or text,
-bounded) and the MySQL URL (the driver, no password, PyMySQL's own options)."""
+directory the loader passes in; the files of the TLS options too), counts,
+durations (a number of seconds or text, bounded) and the MySQL URL (the driver, no
+password, PyMySQL's own options)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import inspect
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pymysql
 from pydantic import (
@@ -48,8 +49,31 @@ def _location(value: str, info: ValidationInfo) -> str:
     return str((Path(base) / value).resolve())
 
 
+TLS_FILES = frozenset({"ssl_ca", "ssl_cert", "ssl_key"})
+"""The TLS options that name a file."""
+
+
+def _tls_files(options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    """PyMySQL's TLS options, the files among them resolved as every location."""
+    return {
+        name: _location(value, info)
+        if name in TLS_FILES and isinstance(value, str) and value
+        else value
+        for name, value in options.items()
+    }
+
+
 Identifier = Annotated[str, AfterValidator(_identifier)]
 Location = Annotated[str, Field(min_length=1), AfterValidator(_location)]
+TlsOptions = Annotated[
+    dict[
+        Literal[
+            "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert", "ssl_verify_identity"
+        ],
+        Any,
+    ],
+    AfterValidator(_tls_files),
+]
 Text = Annotated[str, Field(min_length=1)]
 Positive = Annotated[int, Field(gt=0, strict=True)]
 Count = Annotated[int, Field(ge=0, strict=True)]
