@@ -24,7 +24,16 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from tests.helpers import REPO, WAL_SINK, cli, delta_log, ops_config, ops_sink, totals
+from tests.helpers import (
+    REPO,
+    WAL_SINK,
+    cli,
+    delta_log,
+    ops_config,
+    ops_sink,
+    totals,
+    write_config,
+)
 from wal_sink.spark.staging import stage
 from wal_sink.wal.writer import WalWriter
 
@@ -255,6 +264,38 @@ def test_init_db_is_idempotent(wal_state, db):
         assert sink_rows() == before
     st = json.loads(cli(wal_state, "status", "--json").stdout)
     assert (st["acked_batches"], st["unacked"]) == (2, [1])
+
+
+def test_init_db_names_every_table_it_creates(db, tmp_path):
+    """From nothing: each table init-db makes is named in its output, and it names
+    no table it did not make."""
+    made = (
+        "wal_sink_ack",
+        "wal_sink_lease",
+        "wal_sink_outbox",
+        "wal_sink_retry",
+        "cdc_totals_tombstones",
+        "cdc_totals_tombstones_truncate",
+    )
+    for table in ("cdc_totals", *made):
+        db.execute(f"DROP TABLE IF EXISTS {table}")
+    db.execute(
+        "CREATE TABLE cdc_totals (k VARCHAR(16) PRIMARY KEY, amount DECIMAL(14,2), "
+        "seq BIGINT) ENGINE=InnoDB"
+    )
+    before = {t for (t,) in db.rows("SHOW TABLES")}
+    config = write_config(
+        tmp_path / "cdc.toml",
+        db,
+        table="cdc_totals",
+        mysql='version_column = "seq"',
+        sections='[cdc]\nop_column = "op"\norder_by = "seq"\ntruncate_values = ["T"]\n',
+    )
+    r = cli(config, "init-db")
+    assert r.returncode == 0, r.stderr
+    created = {t for (t,) in db.rows("SHOW TABLES")} - before
+    named = set(re.findall(r"\b(?:wal_sink|cdc_totals)_\w+", r.stdout))
+    assert created == named == set(made), r.stdout
 
 
 def test_config_and_environment_errors_are_one_line(db, tmp_path, mariadb):

@@ -61,29 +61,24 @@ def main(ctx: click.Context, config_path: str | None, verbose: bool) -> None:
 @click.pass_context
 @_one_line_errors
 def init_db_command(ctx: click.Context) -> None:
-    """Create the ack, lease and outbox tables (and with [cdc] and a version
-    column, the tombstone table; for a history, its events table) if missing
-    (idempotent).
+    """Create the sink's tables if missing, or bring them up to date (idempotent):
+    the ack, lease, outbox and retry tables, with several target tables the
+    per-table ack table; with [cdc] and a version column each target's tombstone
+    table (with cdc.truncate_values its truncate table too); for a history, its
+    events table. Each is named as it is ready.
 
     Example: wal-sink -c conf/local.toml init-db
     """
     from wal_sink.mysql.tables import init_db
+    from wal_sink.mysql.tombstones import ensure_side_tables
 
     with _instance(ctx) as sink:
         sink.check_owners()  # a copied config is refused before any table is made
-        init_db(sink.engine, sink.config.mysql)
-        t = sink.tables
-        out.print(f"tables {t.ack.name}, {t.lease.name} and {t.outbox.name} are ready")
+        *names, last = init_db(sink.engine, sink.config.mysql)
+        out.print(f"tables {', '.join(names)} and {last} are ready")
         config = sink.config
-        from wal_sink.mysql.history import events_table
-        from wal_sink.mysql.tombstones import ensure_side_tables
-
-        ensure_side_tables(sink.engine, config, config.mysql.targets)
-        for target in config.mysql.targets:
-            if config.keeps_tombstones(target):
-                out.print(f"tombstone table {target.tombstones} is ready")
-            if target.scd_type == 2:
-                out.print(f"events table {events_table(target)} is ready")
+        for kind, name in ensure_side_tables(sink.engine, config, config.mysql.targets):
+            out.print(f"{kind} table {name} is ready")
 
 
 @main.command()

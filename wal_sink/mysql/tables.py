@@ -139,9 +139,11 @@ def sink_tables(mysql: MysqlConfig) -> SinkTables:
     return SinkTables(ack, lease, outbox, retry, ack_tables)
 
 
-def init_db(engine: Engine, mysql: MysqlConfig) -> None:
+def init_db(engine: Engine, mysql: MysqlConfig) -> list[str]:
     """Create the sink's tables if they do not exist (idempotent), and add the ack
-    columns of later versions to an ack table an earlier one created.
+    columns of later versions to an ack table an earlier one created. Returns the
+    tables' names: ack, lease, outbox, retry and, with several target tables, the
+    per-table counts' table.
 
     Raises:
         ConfigError: a table or column of a later version is missing and this user
@@ -150,7 +152,9 @@ def init_db(engine: Engine, mysql: MysqlConfig) -> None:
     tables = sink_tables(mysql)
     metadata = tables.ack.metadata
     created = [tables.ack, tables.lease, tables.outbox]
-    metadata.create_all(engine, created + ([tables.ack_tables] if mysql.tables else []))
+    if tables.ack_tables is not None:
+        created.append(tables.ack_tables)
+    metadata.create_all(engine, created)
     _create_retry_table(engine, tables.retry)
     with engine.connect() as conn:
         columns = {c["name"] for c in inspect(conn).get_columns(tables.ack.name)}
@@ -169,6 +173,8 @@ def init_db(engine: Engine, mysql: MysqlConfig) -> None:
                 f"{version}) and this user may not add it ({first_line(e.orig)}): "
                 f"run sql/upgrade_{version}.sql as a user allowed to ALTER it"
             ) from None
+    made = (tables.ack, tables.lease, tables.outbox, tables.retry, tables.ack_tables)
+    return [t.name for t in made if t is not None]
 
 
 def _create_retry_table(engine: Engine, retry: Table) -> None:

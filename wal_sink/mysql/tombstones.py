@@ -59,7 +59,7 @@ from wal_sink.config import Config, Target
 from wal_sink.config.spelling import Spelling
 from wal_sink.errors import ConfigError, TerminalError, first_line
 from wal_sink.mysql.errors import error_code
-from wal_sink.mysql.history import ensure_events
+from wal_sink.mysql.history import ensure_events, events_table
 from wal_sink.mysql.identifiers import quoted
 from wal_sink.mysql.named_lock import named_lock
 from wal_sink.mysql.tables import ACCESS_DENIED, table_comment
@@ -114,19 +114,24 @@ def guarding_tables(conn: Connection, target: str) -> list[str]:
 
 def ensure_side_tables(
     engine: Engine, config: Config, targets: Sequence[Target]
-) -> None:
+) -> list[tuple[str, str]]:
     """The tables beside each of ``targets`` made or brought up to date: the
     tombstone table of one that keeps tombstones ([cdc] and a version column), its
     truncate table with ``cdc.truncate_values``, the events table of a history
     (type 2). DDL, run at start and beside the targets' own (target_ddl.py),
-    before any batch's transaction."""
+    before any batch's transaction. Returns each table's kind and name."""
+    made = []
     for target in targets:
         if target.scd_type == 2:
             ensure_events(engine, target)
+            made.append(("events", events_table(target)))
         elif config.keeps_tombstones(target):
             Tombstones(config, target).ensure(engine)
+            made.append(("tombstone", target.tombstones))
             if config.cdc.truncate_values:
                 Truncates(config, target).ensure(engine)
+                made.append(("truncate", target.truncates))
+    return made
 
 
 class Tombstones:
