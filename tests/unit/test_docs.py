@@ -6,6 +6,8 @@
   proves any more.
 - The configuration reference the site generates lists every key of the schema.
 - Every ``sink.method(`` a page tells users to call is a method of ``WalSink``.
+- The metrics table of the operations page lists every metric the sink defines,
+  with its type.
 - The protocol page's table lists the invariants I1, I2, … in order, and every
   page that names their range (``I1–In``) names the same last one.
 """
@@ -126,3 +128,19 @@ def test_the_invariants_are_listed_in_order_and_every_range_names_them_all():
         for last in INVARIANT_RANGE.findall(path.read_text(encoding="utf-8"))
     }
     assert ranges and all(last == len(rows) for _, last in ranges), ranges
+
+
+def test_the_metrics_table_lists_every_metric_with_its_type():
+    from wal_sink.metrics import SinkMetrics
+
+    rows = re.findall(
+        r"^\| `(wal_sink_\w+)` \| (\w+) \|",
+        (ROOT / "docs/operations.md").read_text(encoding="utf-8"),
+        re.MULTILINE,
+    )
+    defined = {
+        (f"{m.name}_total" if m.type == "counter" else m.name, m.type)
+        for m in SinkMetrics("s").registry.collect()
+    }
+    assert defined - set(rows) == set(), "metrics missing from the docs table"
+    assert set(rows) - defined == set(), "the docs table lists metrics not defined"
