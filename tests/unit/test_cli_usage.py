@@ -93,6 +93,25 @@ def test_config_schema_describes_every_key():
     assert "config file's directory" in wal["path"]["description"]
 
 
+def test_config_schema_with_a_config_validates_it_and_refuses_an_invalid_one(
+    tmp_path,
+):
+    good = tmp_path / "good.toml"
+    good.write_text(
+        "[sink]\nid = 's'\n[wal]\npath = 'w'\n"
+        "[mysql]\nurl = 'mysql+pymysql://u@h/d'\ntable = 't'\nkey = ['k']\n"
+    )
+    r = run("-c", str(good), "config-schema")
+    assert r.exit_code == 0 and f"config {good} is valid" in r.stderr, r.output
+    assert "properties" in json.loads(r.stdout)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(good.read_text() + "colour = 'red'\n")
+    r = run("-c", str(bad), "config-schema")
+    assert r.exit_code == 2 and r.stdout == "", r.output
+    assert r.stderr.startswith("error: unknown config key 'mysql.colour'"), r.stderr
+    assert r.stderr.count("\n") == 1
+
+
 def test_a_tables_title_is_printed_whole_on_one_line_at_any_width():
     """A rich title is folded to the table's width: the path and counts in it would be
     split across lines, and a grep or a copy of them would miss."""

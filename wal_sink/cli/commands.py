@@ -39,7 +39,7 @@ from wal_sink.exit_status import FAILED, exit_now
     envvar="WAL_SINK_CONFIG",
     type=click.Path(dir_okay=False),
     help="Sink config (TOML); or set WAL_SINK_CONFIG. Every command but "
-    "config-schema needs one.",
+    "config-schema needs one; config-schema validates it when given.",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log what the library does.")
 @click.pass_context
@@ -316,14 +316,23 @@ def quarantine_batch(ctx: click.Context, batch_id: int, yes: bool) -> None:
 
 
 @main.command("config-schema")
-def config_schema_command() -> None:
+@click.pass_context
+@_one_line_errors
+def config_schema_command(ctx: click.Context) -> None:
     """Print the JSON Schema of the config file, for editors that check and complete
-    TOML (e.g. Taplo, or VS Code's Even Better TOML with a `#:schema` line).
+    TOML (e.g. Taplo, or VS Code's Even Better TOML with a `#:schema` line). With
+    -c FILE (or WAL_SINK_CONFIG), FILE is validated first, as every command reads
+    it (nothing is connected to): an invalid one is one line, exit 2.
 
     Example: wal-sink config-schema > wal_sink.schema.json
-    """
-    from wal_sink.config import config_schema
 
+    Example: wal-sink -c conf/local.toml config-schema > /dev/null
+    """
+    from wal_sink.config import config_schema, load_config
+
+    if ctx.obj is not None:
+        load_config(ctx.obj)
+        click.echo(f"config {ctx.obj} is valid", err=True)
     click.echo(json.dumps(config_schema(), indent=2, sort_keys=True))
 
 
