@@ -14,6 +14,10 @@ from wal_sink.errors import (
     WalSinkError,
 )
 
+__version__ = "0.5.0"
+"""This version; its minor version is that of the sink's MySQL tables (the newest
+upgrade script in sql/) and CHANGELOG.md's newest entry."""
+
 __all__ = [
     "CheckpointResetError",
     "Config",
@@ -23,6 +27,7 @@ __all__ = [
     "TransientError",
     "WalSink",
     "WalSinkError",
+    "__version__",
     "load_config",
 ]
 
