@@ -4,7 +4,8 @@ and leaving with the real exit status.
 The contract's codes, the same for the ``wal-sink`` CLI, the streaming job and
 ``wal-sink follow``: 0 done, 1 failed, 2 usage or configuration error. The job's
 follower child (job.writer = "datasource") tells the job one thing more, with 3:
-it failed for good, and no restart can help.
+it failed for good, and no restart can help. ``wal-sink verify`` tells one more,
+with 4: it ran, and found what does not balance or differ.
 
 A process that read Delta/Parquet through pyarrow can abort in native destructors at
 interpreter exit ("terminate called without an active exception", exit 134) after
@@ -31,6 +32,9 @@ help."""
 TERMINAL = 3
 """The follower child's only: it failed for good (fenced, the target dropped, ...).
 The job then stops at once, and exits FAILED."""
+FINDINGS = 4
+"""``wal-sink verify`` only: it ran and found something (a count that does not
+balance, a row that differs from the source); each is one line of its output."""
 
 
 def exit_code(error: BaseException | None, *, terminal: int = FAILED) -> int:

@@ -28,6 +28,7 @@ from wal_sink.cli.render import (
     rows_table,
     status_table,
 )
+from wal_sink.cli.verify import verify as verify_command
 from wal_sink.exit_status import FAILED, exit_now
 
 
@@ -339,6 +340,7 @@ def config_schema_command(ctx: click.Context) -> None:
 main.add_command(follow_command)
 main.add_command(purge_command)
 main.add_command(quarantine_group)
+main.add_command(verify_command)
 
 
 def run() -> None:
