@@ -319,3 +319,95 @@ def test_every_record_spells_the_key_as_its_first_event(db, fresh, config, order
         ("A", "y", 1, 5, 5, 7),
         ("A", "z", 1, 7, 7, None),
     ]
+
+
+def test_a_late_event_after_an_in_place_update_splits_the_open_record(
+    db, fresh, config
+):
+    """The open record began before the late event (its later event changed an
+    untracked column in place): the late event is not the key's newest, so the
+    set-based path leaves it to the whole computation (mysql/history_appends.py)."""
+    fresh(TABLE)
+    cfg = config(
+        "h",
+        ["k"],
+        cdc=CDC,
+        version_column="v",
+        stored_as_scd_type=2,
+        track_history_except_column_list=["n"],
+    )
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1)], [up(1, "a", 2, 3)], [up(1, "b", 0, 2)])
+    assert history(db) == [
+        (1, "a", 1, 1, 1, 2),
+        (1, "b", 0, 2, 2, 3),
+        (1, "a", 2, 3, 3, None),
+    ]
+
+
+def test_tracked_text_that_differs_only_in_case_or_spaces_opens_a_record(
+    db, fresh, config
+):
+    """Values compare as sent, byte for byte, not as the column's collation
+    would ('a' = 'A ' under it)."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1)], [up(1, "A", 1, 2)], [up(1, "A ", 1, 3)])
+    assert history(db) == [
+        (1, "a", 1, 1, 1, 2),
+        (1, "A", 1, 2, 2, 3),
+        (1, "A ", 1, 3, 3, None),
+    ]
+
+
+def test_a_tracked_float_compares_as_read_back(db, fresh, config):
+    """A FLOAT reads back rounded (0.1 for both values): the record is updated in
+    place, as the history function over the stored events says."""
+    fresh(TABLE.replace("n BIGINT", "n FLOAT"))
+    schema = pa.schema([*list(SCHEMA)[:3], ("n", pa.float64()), ("v", I64)])
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(cfg, schema, [up(1, "a", 0.1, 1)], [up(1, "a", 0.1000001, 2)])
+    assert history(db) == [(1, "a", 0.1, 2, 1, None)]
+
+
+def test_ignore_null_updates_keeps_the_open_records_values(db, fresh, config):
+    """A NULL keeps the open record's value, and is compared as that value: an
+    upsert whose only tracked change is a NULL updates in place."""
+    fresh(TABLE)
+    cfg = config(
+        "h",
+        ["k"],
+        cdc=CDC,
+        version_column="v",
+        stored_as_scd_type=2,
+        ignore_null_updates=True,
+        track_history_except_column_list=["n"],
+    )
+    apply(
+        cfg,
+        SCHEMA,
+        [up(1, "a", 1, 1), up(2, None, 7, 1)],
+        [up(1, None, 2, 2), up(2, "z", None, 2)],
+        [up(1, "b", None, 3)],
+    )
+    assert history(db) == [
+        (1, "a", 2, 2, 1, 3),
+        (1, "b", 2, 3, 3, None),
+        (2, None, 7, 1, 1, 2),
+        (2, "z", 7, 2, 2, None),
+    ]
+
+
+def test_an_events_table_made_before_its_index_gets_it_at_start(db, fresh, config):
+    """The chunk finds its events by their token: an events table of an earlier
+    release gains the index at the next start."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1)])
+    db.execute("ALTER TABLE h_events DROP KEY _wal_applied_by")
+    apply(cfg, SCHEMA, [up(1, "b", 1, 2)], first=1)
+    indexed = db.rows(
+        "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = "
+        "DATABASE() AND TABLE_NAME = 'h_events' AND COLUMN_NAME = '_wal_applied_by'"
+    )
+    assert indexed == [(1,)]
+    assert history(db) == [(1, "a", 1, 1, 1, 2), (1, "b", 1, 2, 2, None)]

@@ -7,8 +7,9 @@ every event applied, from which each touched key's history is computed again
 The events table (``<table>_events``) is made at start with ``CREATE TABLE …
 SELECT`` from the history table, so its key and data columns have the history's
 types and collations, plus ``_wal_sequence`` (of ``__START_AT``'s type), ``_wal_op``
-(``U`` or ``D``) and ``_wal_applied_by`` (the chunk that applied the event); its
-primary key is (key, ``_wal_sequence``), as the history's is (key,
+(``U`` or ``D``) and ``_wal_applied_by`` (the chunk that applied the event,
+indexed: the chunk finds its events by it); its primary key is (key,
+``_wal_sequence``), as the history's is (key,
 ``__START_AT``), so it fits wherever the history's key fits: an event seen again
 is one row, and a delete replaces an upsert at its sequence (the delete wins
 there, merge/history.py). Columns the history gains later are added at the next
@@ -78,7 +79,8 @@ def ensure_events(engine: Engine, target: Target) -> None:
                 text(
                     f"CREATE TABLE {quote(name)} ({OP} CHAR(1) NOT NULL, "
                     f"{APPLIED_BY} CHAR(32) NOT NULL, "
-                    f"PRIMARY KEY ({keys}, {SEQUENCE})) ENGINE=InnoDB "
+                    f"PRIMARY KEY ({keys}, {SEQUENCE}), KEY ({APPLIED_BY})) "
+                    "ENGINE=InnoDB "
                     f"COMMENT='{COMMENT.format(target.table)}' SELECT "
                     + ", ".join(quote(c) for c in data)
                     + f", {quote(START_AT)} AS {SEQUENCE}, '' AS {OP}, '' AS "
@@ -91,6 +93,10 @@ def ensure_events(engine: Engine, target: Target) -> None:
                 "it: a history table's events are kept under that name"
             )
         _refuse_foreign_rows(conn, target, name)
+        if not any(
+            i["column_names"][:1] == [APPLIED_BY] for i in inspector.get_indexes(name)
+        ):  # an events table made before the index
+            conn.execute(text(f"ALTER TABLE {quote(name)} ADD KEY ({APPLIED_BY})"))
         keyed = {k.lower() for k in target.key}
         have = _definitions(conn, name)
         wanted = _definitions(conn, target.table)

@@ -48,6 +48,7 @@ from wal_sink.mysql.history import (
     UPSERT,
     events_table,
 )
+from wal_sink.mysql.history_appends import HistoryAppends
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.value_fit import say_warnings
 from wal_sink.mysql.write_checks import check_writes
@@ -81,11 +82,14 @@ class HistoryApplier:
         """The history's NOT NULL data columns (the events table allows NULL)."""
         self._checked: set[frozenset[str]] = set()
         """The stream schemas whose writes were checked (once each)."""
+        self._appends: dict[tuple[str, ...], HistoryAppends] = {}
+        """The set-based statements, by the columns a chunk writes."""
 
     def refresh(self) -> None:
         """Forget the reflected tables (their DDL changed them)."""
         self._target = self._events = self._screened = None
         self._checked.clear()
+        self._appends.clear()
 
     def close(self) -> None:
         """Nothing to end: no thread of its own."""
@@ -160,7 +164,6 @@ class HistoryApplier:
             check_writes(conn, self.config, mysql, names)  # as the start does
             self._checked.add(frozenset(names))
         written = [n for n in names if n in events.c and n not in (SEQUENCE, OP)]
-        token = uuid.uuid4().hex
         bad: list[Entry] = []
         rows = drop_non_finite(drop_null_keys(rows, mysql.key, bad), bad)
         recorded: dict[int, dict[str, Any]] = {}
@@ -183,12 +186,11 @@ class HistoryApplier:
                 **{k: row[k] for k in mysql.key},
                 SEQUENCE: version,
                 OP: DELETE if removes else UPSERT,
-                APPLIED_BY: token,
             }
             recorded[id(event)] = row
             params.append(event)
         return AppliedRows(set_aside=bad) + self._isolated(
-            conn, params, recorded, written, token
+            conn, params, recorded, written
         )
 
     def _isolated(
@@ -197,14 +199,13 @@ class HistoryApplier:
         params: list[dict[str, Any]],
         recorded: dict[int, dict[str, Any]],
         written: list[str],
-        token: str,
     ) -> AppliedRows:
         """The events ``params`` applied under a savepoint; when MySQL refuses a
         key's new records (a CHECK, a foreign key, a trigger), key by key, the
         refused key's records set aside with MySQL's reason."""
         savepoint = conn.begin_nested()
         try:
-            applied = self._apply(conn, params, recorded, written, token)
+            applied = self._apply(conn, params, recorded, written)
         except DBAPIError as e:
             if not is_row_error(e):
                 raise  # a deadlock or a lost link may have ended the transaction
@@ -220,7 +221,7 @@ class HistoryApplier:
                 )
             parts = AppliedRows()
             for part in by_key.values():
-                parts += self._isolated(conn, part, recorded, written, token)
+                parts += self._isolated(conn, part, recorded, written)
             return parts
         savepoint.commit()
         return applied
@@ -231,11 +232,15 @@ class HistoryApplier:
         params: list[dict[str, Any]],
         recorded: dict[int, dict[str, Any]],
         written: list[str],
-        token: str,
     ) -> AppliedRows:
         """Add the events (each MySQL refuses set aside), then write the histories
-        of their keys; a history MySQL refuses raises."""
+        of their keys; a history MySQL refuses raises. The events carry a token of
+        this call (not of the chunk: a call MySQL refused was rolled back, and the
+        token counts what the chunk added)."""
         events = self.events(conn)
+        token = uuid.uuid4().hex
+        for event in params:
+            event[APPLIED_BY] = token
         bad: list[Entry] = []
         stmt = insert(events)
         # an event seen again changes nothing; a delete replaces an upsert at its
@@ -264,9 +269,32 @@ class HistoryApplier:
         set_aside = [Entry(recorded[id(e.record)], e.reason) for e in bad]
         if not keys:
             return AppliedRows(set_aside=set_aside)
-        new = self._rewrite(conn, events, sorted(keys, key=repr), written, token)
+        appends = self._appends_for(conn, events, written)
+        if appends.usable:
+            left, new = appends.apply(conn, token)
+            if left:
+                self._rewrite(conn, events, sorted(left, key=repr), written, token)
+        else:
+            new = self._rewrite(conn, events, sorted(keys, key=repr), written, token)
         repeated = len(params) - len(bad) - sum(new.values())
         return AppliedRows(new[UPSERT], new[DELETE], repeated, set_aside)
+
+    def _appends_for(
+        self, conn: Connection, events: Table, written: list[str]
+    ) -> HistoryAppends:
+        """The set-based statements for chunks writing ``written`` (made once)."""
+        if tuple(written) not in self._appends:
+            data = [c for c in written if c not in self.mysql.key]
+            self._appends[tuple(written)] = HistoryAppends(
+                conn,
+                self.target(),
+                events,
+                self.mysql.key,
+                data,
+                [c for c in data if self.mysql.tracks(c)],
+                self.mysql.ignore_null_updates,
+            )
+        return self._appends[tuple(written)]
 
     def _rewrite(
         self,
