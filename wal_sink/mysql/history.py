@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from functools import partial
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, Table, and_, func, literal_column, text
 from sqlalchemy import inspect as inspect_db
+from sqlalchemy.dialects.mysql import Insert, insert
 
 from wal_sink.config import Target
 from wal_sink.config.spelling import Spelling
@@ -40,6 +41,26 @@ COMMENT = "wal_sink events of {}"
 
 def events_table(target: Target) -> str:
     return f"{target.table}{EVENTS_SUFFIX}"
+
+
+def events_upsert(events: Table) -> Insert:
+    """The INSERT of events: one seen again changes nothing; a delete replaces an
+    upsert at its sequence (left to right: the op last, as MySQL sees earlier
+    results). Literals, not parameters: executemany sends one set per row."""
+    stmt = insert(events)
+    replaces = and_(
+        stmt.inserted[OP] == literal_column(f"'{DELETE}'"),
+        events.c[OP] == literal_column(f"'{UPSERT}'"),
+    )
+    return stmt.on_duplicate_key_update(
+        [
+            (
+                APPLIED_BY,
+                func.if_(replaces, stmt.inserted[APPLIED_BY], events.c[APPLIED_BY]),
+            ),
+            (OP, func.if_(replaces, stmt.inserted[OP], events.c[OP])),
+        ]
+    )
 
 
 def check_history_table(conn: Connection, target: Target) -> None:

@@ -4,10 +4,14 @@ inside the batch's transaction, chunk by chunk (docs/merge.md, "History"):
 1. each record becomes an event in the events table (mysql/history.py): an upsert
    with its values, a ``[cdc]`` delete with its key; an event already there (a
    replay, a retried batch) is not added again and counts as skipped. A record
-   without a key or a version, or one MySQL refuses, is set aside;
-2. every event of each key the chunk touched is read back, with locks, as MySQL
-   stores it, and the key's history computed again from them (merge/history.py);
-3. the key's rows in the history table are replaced by that history.
+   without a key or a version, or one MySQL refuses, is set aside. A chunk whose
+   every record becomes one is sent as multi-row INSERTs rendered in Arrow
+   (history_events.py); any other, or one MySQL refuses, row by row;
+2. the keys whose one new event appends to their history are written by the
+   server in a few set-based statements (mysql/history_appends.py);
+3. every other key the chunk touched has its events read back, with locks, as
+   MySQL stores them, its history computed again from them (merge/history.py),
+   and its rows made that history (history_rewrite.py).
 
 So a key's history is always the function of its events, whatever order they
 came in. The history table takes the stream's columns; others keep their defaults.
@@ -16,7 +20,7 @@ came in. The history table takes the stream's columns; others keep their default
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -25,21 +29,14 @@ from sqlalchemy import (
     Engine,
     MetaData,
     Table,
-    and_,
-    delete,
-    func,
-    literal_column,
-    select,
-    tuple_,
 )
-from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
 from wal_sink.config import Config, Target
-from wal_sink.config.table_section import END_AT, START_AT
+from wal_sink.config.table_section import START_AT
 from wal_sink.errors import TerminalError
-from wal_sink.merge.history import Event, records
 from wal_sink.mysql.errors import is_row_error
+from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.history import (
     APPLIED_BY,
     DELETE,
@@ -47,14 +44,18 @@ from wal_sink.mysql.history import (
     SEQUENCE,
     UPSERT,
     events_table,
+    events_upsert,
 )
 from wal_sink.mysql.history_appends import HistoryAppends
+from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.value_fit import say_warnings
 from wal_sink.mysql.write_checks import check_writes
 from wal_sink.protocol.batch_rows import ChunkCallback
 from wal_sink.protocol.chunk_path import AppliedRows
 from wal_sink.protocol.chunk_stream import coalesced
+from wal_sink.protocol.history_events import arrow_events
+from wal_sink.protocol.history_rewrite import rewrite
 from wal_sink.protocol.row_by_row import (
     drop_non_finite,
     drop_null_keys,
@@ -64,8 +65,6 @@ from wal_sink.protocol.row_by_row import (
 )
 from wal_sink.protocol.screen import Screen, target_screen
 from wal_sink.wal.quarantine import Entry
-
-RANK = "_wal_key_rank"
 
 
 class HistoryApplier:
@@ -84,12 +83,15 @@ class HistoryApplier:
         """The stream schemas whose writes were checked (once each)."""
         self._appends: dict[tuple[str, ...], HistoryAppends] = {}
         """The set-based statements, by the columns a chunk writes."""
+        self._multi: dict[tuple[str, ...], MultiRowUpsert | None] = {}
+        """The events' multi-row INSERT, by the columns it sends."""
 
     def refresh(self) -> None:
         """Forget the reflected tables (their DDL changed them)."""
         self._target = self._events = self._screened = None
         self._checked.clear()
         self._appends.clear()
+        self._multi.clear()
 
     def close(self) -> None:
         """Nothing to end: no thread of its own."""
@@ -139,33 +141,34 @@ class HistoryApplier:
         applied = AppliedRows()
         done = 0
         screen = self._screen(conn)
+        render = renders_exactly(conn, self.config.sink.id)
         for chunk in coalesced(chunks, self.config.wal.chunk_rows):
             fit = screen.fit(chunk.schema)
             fit.refuse()
             say_warnings(self.config.sink.id, fit)
             screened = screen(chunk)
-            rows = python_rows(screened.chunk)
             applied += AppliedRows(set_aside=screened.set_aside)
-            applied += self._chunk(conn, rows, screened.chunk.schema.names)
+            applied += self._chunk(conn, screened.chunk, render)
             done += screened.read
             if on_chunk is not None:
                 on_chunk(done, total)
         return applied
 
     def _chunk(
-        self,
-        conn: Connection,
-        rows: list[dict[str, Any]],
-        names: list[str],
+        self, conn: Connection, chunk: pa.RecordBatch, render: bool
     ) -> AppliedRows:
+        """``render``: the session reads text rendered in Arrow exactly."""
         mysql, cdc = self.mysql, self.config.cdc
         events = self.events(conn)
+        names = chunk.schema.names
         if frozenset(names) not in self._checked:
             check_writes(conn, self.config, mysql, names)  # as the start does
             self._checked.add(frozenset(names))
         written = [n for n in names if n in events.c and n not in (SEQUENCE, OP)]
+        if render and (fast := self._by_arrow(conn, chunk, written)) is not None:
+            return fast
         bad: list[Entry] = []
-        rows = drop_non_finite(drop_null_keys(rows, mysql.key, bad), bad)
+        rows = drop_non_finite(drop_null_keys(python_rows(chunk), mysql.key, bad), bad)
         recorded: dict[int, dict[str, Any]] = {}
         params = []
         for row in rows:
@@ -242,23 +245,7 @@ class HistoryApplier:
         for event in params:
             event[APPLIED_BY] = token
         bad: list[Entry] = []
-        stmt = insert(events)
-        # an event seen again changes nothing; a delete replaces an upsert at its
-        # sequence (left to right: the op last, as MySQL sees earlier results)
-        # (literals, not parameters: executemany sends one set per row)
-        replaces = and_(
-            stmt.inserted[OP] == literal_column(f"'{DELETE}'"),
-            events.c[OP] == literal_column(f"'{UPSERT}'"),
-        )
-        stmt = stmt.on_duplicate_key_update(
-            [
-                (
-                    APPLIED_BY,
-                    func.if_(replaces, stmt.inserted[APPLIED_BY], events.c[APPLIED_BY]),
-                ),
-                (OP, func.if_(replaces, stmt.inserted[OP], events.c[OP])),
-            ]
-        )
+        stmt = events_upsert(events)
         isolating(conn, stmt, params, bad)
         refused_ids = {id(e.record) for e in bad}
         keys = {
@@ -269,15 +256,89 @@ class HistoryApplier:
         set_aside = [Entry(recorded[id(e.record)], e.reason) for e in bad]
         if not keys:
             return AppliedRows(set_aside=set_aside)
+        new = self._histories(conn, written, token, lambda: keys)
+        repeated = len(params) - len(bad) - sum(new.values())
+        return AppliedRows(new[UPSERT], new[DELETE], repeated, set_aside)
+
+    def _by_arrow(
+        self, conn: Connection, chunk: pa.RecordBatch, written: list[str]
+    ) -> AppliedRows | None:
+        """The chunk's events sent as multi-row INSERTs rendered in Arrow
+        (protocol/history_events.py), then the histories of their keys; None, with
+        nothing written, when a record would not become an event or MySQL refuses
+        one: the row-by-row way then finds which."""
+        events, mysql = self.events(conn), self.mysql
+        token = uuid.uuid4().hex
+        batch = arrow_events(
+            chunk,
+            written,
+            mysql.key,
+            mysql.version_column or "",
+            self.config.cdc,
+            self._required,
+            token,
+        )
+        if batch is None:
+            return None
+        names = tuple(batch.schema.names)
+        if names not in self._multi:
+            self._multi[names] = MultiRowUpsert.for_schema(
+                conn, events_upsert(events), names, batch.schema
+            )
+        multi = self._multi[names]
+        if multi is None or not multi.renders(batch):
+            return None
+        savepoint = conn.begin_nested()
+        try:
+            multi.apply(conn, batch)
+            new = self._histories(
+                conn,
+                written,
+                token,
+                lambda: set(zip(*(chunk.column(k).to_pylist() for k in mysql.key))),
+            )
+        except DBAPIError as e:
+            if not is_row_error(e):
+                raise
+            savepoint.rollback()
+            return None
+        savepoint.commit()
+        return AppliedRows(new[UPSERT], new[DELETE], batch.num_rows - sum(new.values()))
+
+    def _histories(
+        self,
+        conn: Connection,
+        written: list[str],
+        token: str,
+        keys: Callable[[], Iterable[tuple[Any, ...]]],
+    ) -> dict[str, int]:
+        """Write the histories of the keys whose events ``token`` added (``keys``)
+        and count those events by op: set-based where they append
+        (mysql/history_appends.py), the rest computed here."""
+        events = self.events(conn)
         appends = self._appends_for(conn, events, written)
         if appends.usable:
             left, new = appends.apply(conn, token)
             if left:
-                self._rewrite(conn, events, sorted(left, key=repr), written, token)
-        else:
-            new = self._rewrite(conn, events, sorted(keys, key=repr), written, token)
-        repeated = len(params) - len(bad) - sum(new.values())
-        return AppliedRows(new[UPSERT], new[DELETE], repeated, set_aside)
+                rewrite(
+                    conn,
+                    self.mysql,
+                    self.target(),
+                    events,
+                    sorted(left, key=repr),
+                    written,
+                    token,
+                )
+            return new
+        return rewrite(
+            conn,
+            self.mysql,
+            self.target(),
+            events,
+            sorted(keys(), key=repr),
+            written,
+            token,
+        )
 
     def _appends_for(
         self, conn: Connection, events: Table, written: list[str]
@@ -295,78 +356,3 @@ class HistoryApplier:
                 self.mysql.ignore_null_updates,
             )
         return self._appends[tuple(written)]
-
-    def _rewrite(
-        self,
-        conn: Connection,
-        events: Table,
-        keys: list[tuple[Any, ...]],
-        written: list[str],
-        token: str,
-    ) -> dict[str, int]:
-        """Compute the history of ``keys`` from all their events and write what
-        differs from their rows: a record whose span or values changed is updated
-        in place (by key and __START_AT), a new one inserted, one no longer there
-        deleted; rows that stay are not touched. Returns how many events of each
-        op this chunk added."""
-        mysql = self.mysql
-        history = self.target()
-        key_columns = [events.c[k] for k in mysql.key]
-        touched = tuple_(*key_columns).in_(keys)
-        # one key as the server compares keys ('A' and 'a ' under a
-        # case-insensitive PAD SPACE collation): its rank, for the events and,
-        # joined by key, for the history's rows
-        rank = func.dense_rank().over(order_by=key_columns).label(RANK)
-        found = select(*events.c, rank).where(touched).with_for_update()
-        data = [c for c in written if c not in mysql.key]
-        by_key: dict[int, list[dict[str, Any]]] = {}
-        new = {UPSERT: 0, DELETE: 0}
-        for row in conn.execute(found).mappings():
-            by_key.setdefault(row[RANK], []).append(dict(row))
-            if row[APPLIED_BY] == token:
-                new[row[OP]] += 1
-        ranks = select(*key_columns, rank).where(touched).distinct().subquery()
-        table_keys = [history.c[k] for k in mysql.key]
-        stored = (
-            select(history, ranks.c[RANK])
-            .join(ranks, and_(*(history.c[k] == ranks.c[k] for k in mysql.key)))
-            .where(tuple_(*table_keys).in_(keys))
-            .with_for_update()
-        )
-        rows: dict[int, dict[Any, dict[str, Any]]] = {}
-        for row in conn.execute(stored).mappings():
-            rows.setdefault(row[RANK], {})[row[START_AT]] = dict(row)
-        writes, gone = [], []
-        for group, found_events in by_key.items():
-            first = min(found_events, key=lambda e: e[SEQUENCE])
-            have = rows.get(group, {})
-            for record in records(
-                (
-                    Event(e[SEQUENCE], e[OP] == DELETE, {c: e[c] for c in data})
-                    for e in found_events
-                ),
-                mysql.tracks,
-                mysql.ignore_null_updates,
-            ):
-                row = have.pop(record.start, None)
-                # every record spells the key as its first event does (a late
-                # event may come first: the records already written take it too)
-                wanted = {
-                    **{k: first[k] for k in mysql.key},
-                    **record.values,
-                    END_AT: record.end,
-                }
-                if row is None or any(row[c] != v for c, v in wanted.items()):
-                    writes.append({START_AT: record.start} | wanted)
-            gone += [tuple(r[c] for c in (*mysql.key, START_AT)) for r in have.values()]
-        if gone:
-            spans = tuple_(*table_keys, history.c[START_AT])
-            conn.execute(delete(history).where(spans.in_(gone)))
-        if writes:
-            stmt = insert(history)
-            changed = [*mysql.key, *data, END_AT]
-            conn.execute(
-                stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in changed}),
-                writes,
-            )
-        return new
