@@ -477,8 +477,9 @@ class ReferenceModel:
         self.events: dict[tuple, dict[Any, Any]] = {}
         """A history's events by collated key: version -> DELETE or the upsert's
         values."""
-        self.spelling: dict[tuple, dict[str, Any]] = {}
-        """A history's key columns as its key's first event spelt them."""
+        self.spelling: dict[tuple, dict[Any, dict[str, Any]]] = {}
+        """A history's key columns as each event (by version) was first spelt: its
+        records take its first event's (by version) spelling."""
         self.history: dict[tuple, list[dict[str, Any]]] = {}
         self.batch_deletes: set[tuple] = set()
         """(key, version) of the history deletes of the batch being applied: an
@@ -1036,7 +1037,11 @@ class ReferenceModel:
         if not delete and (key, version) in self.batch_deletes:
             return SKIPPED  # its batch deletes the key at its version
         self.events[key] = {**events, version: DELETE if delete else dict(record)}
-        self.spelling.setdefault(key, {k: record[k] for k in sink.key})
+        # the event's row keeps the spelling it was first added with (a delete
+        # replacing an upsert changes only its op)
+        self.spelling.setdefault(key, {}).setdefault(
+            version, {k: record[k] for k in sink.key}
+        )
         before = self.history.get(key, [])
         self.history[key] = self._records(sink, key, version)
         if not delete and self._splits(before, self.history[key], self.events[key]):
@@ -1080,7 +1085,7 @@ class ReferenceModel:
             open_ = {
                 **dict.fromkeys(self.owned),
                 **values,
-                **self.spelling[key],
+                **self.spelling[key][min(events)],  # the first event's, by version
                 START_AT: version,
                 END_AT: None,
             }

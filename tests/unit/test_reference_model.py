@@ -614,3 +614,20 @@ def test_a_history_sink_is_refused_with_add_or_keep_or_on_a_table_of_one_row():
     assert "merge mode" in history(merge=[("n", "add")]).refusal("s1")
     assert "not a history" in history(history_shape=False).refusal("s1")
     assert history().refusal("s1") is None
+
+
+def test_every_history_record_spells_its_key_as_the_first_event_by_version():
+    """A late event that comes first by version gives every record its spelling
+    (found by the fuzzer: the model kept the spelling that arrived first)."""
+    k = Column("k", "varchar", nullable=False, collation="utf8mb4_general_ci")
+    model = ReferenceModel(
+        Target((k, N, LABEL, V, SEQ), ("k",), history=True),
+        [sink(["k", "n", "label", "v", "seq"], version="v", cdc=True, key=("k",),
+              scd_type=2)],
+    )  # fmt: skip
+    run(model, [{"k": "A", "n": 1, "v": 10, "seq": 0, "op": "U"}])
+    run(model, [{"k": "a", "n": 2, "v": 3, "seq": 0, "op": "U"}])
+    assert [(r["k"], r[START_AT]) for r in model.history[("a",)]] == [
+        ("a", 3),
+        ("a", 10),
+    ]
