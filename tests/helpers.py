@@ -154,6 +154,28 @@ def fresh_table(db, name: str) -> None:
     )
 
 
+def documented_user(db, name: str, *grants: str, documented: bool = True) -> str:
+    """A user ``name`` (dropped and made again) holding what sql/grants.sql grants
+    in ``db`` (unless not ``documented``), and ``grants`` besides, written as the
+    file writes them (``shop.``, ``'sink'@'%'``); returns its URL. The tables
+    granted on must exist first (``demo_kpxxb_hzb.sql``, ``wal_sink_tables.sql``):
+    MariaDB refuses a grant on a missing table unless it holds CREATE."""
+    from devtools.mariadb import SINK_PASSWORD
+
+    account = f"'{name}'@'127.0.0.1'"
+    as_written = {"shop.": f"{db.name}.", "'sink'@'%'": account}
+    db.execute(f"DROP USER IF EXISTS {account}")
+    if documented:
+        db.run_sql_file("grants.sql", {**as_written, "change-me": SINK_PASSWORD})
+    else:
+        db.execute(f"CREATE USER {account} IDENTIFIED BY '{SINK_PASSWORD}'")
+    for grant in grants:
+        for old, new in as_written.items():
+            grant = grant.replace(old, new)
+        db.execute(grant)
+    return db.url.replace("sink@", f"{name}@")
+
+
 def totals(db, table: str = "ops_totals") -> dict[str, Decimal]:
     """The target's amounts by key (ops_totals: the CLI tests' sink)."""
     return dict(db.rows(f"SELECT k, amount FROM {table}"))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import amounts, staged
+from tests.helpers import amounts, documented_user, staged
 from tests.integration.lost_reply import LostCommitReply
 from wal_sink import TerminalError, TransientError, faults
 from wal_sink.metrics import SinkMetrics
@@ -343,27 +343,17 @@ def test_preflight_warns_when_commits_are_not_durable(db, mariadb, make_config, 
 
 def test_sink_works_with_least_privilege_grants(spark, db, mariadb, make_config):
     """sql/grants.sql, applied to this database: a whole batch goes through."""
-    from devtools.mariadb import SINK_PASSWORD
     from wal_sink.mysql.tables import init_db
 
     for t in ("kpxxb_hzb", "wal_sink_ack", "wal_sink_lease"):
         db.execute(f"DROP TABLE IF EXISTS {t}")
     db.run_sql_file("demo_kpxxb_hzb.sql")
     db.run_sql_file("wal_sink_tables.sql")
-    db.run_sql_file(
-        "grants.sql",
-        {
-            "shop.": f"{db.name}.",
-            "change-me": SINK_PASSWORD,
-            "'sink'@'%'": "'minimal'@'127.0.0.1'",
-        },
-    )
+    url = documented_user(db, "minimal")
     config = make_config(
         table="kpxxb_hzb", key=["swjg_dm", "fpzt"], merge={"hjje": "add", "fs": "add"}
     )
-    config = replace(
-        config, mysql=replace(config.mysql, url=db.url.replace("sink@", "minimal@"))
-    )
+    config = replace(config, mysql=replace(config.mysql, url=url))
     instance = SinkInstance(config)
     committer = instance.start()
     stage(

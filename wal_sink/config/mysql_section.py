@@ -100,7 +100,8 @@ class MysqlConfig:
     ``ssl_key`` is taken from the config file's directory."""
     local_infile: Annotated[bool, Field(strict=True)] = False
     """Upsert chunks with LOAD DATA LOCAL INFILE + one INSERT … SELECT (MariaDB, needs
-    the server's local_infile); falls back to multi-row INSERTs when refused."""
+    the server's local_infile and CREATE TEMPORARY TABLES on the database); falls
+    back to multi-row INSERTs, with one warning, when either is refused."""
     outage_budget: PositiveSeconds = 300.0
     """How long a batch transaction (and the start-up) keeps retrying transient
     errors — MySQL down, failing over, deadlocks — before the query fails."""

@@ -25,11 +25,21 @@ import zlib
 from collections.abc import Sequence
 
 import pyarrow as pa
-from sqlalchemy import Connection, Table, column, literal_column, select, table, text
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    column,
+    literal_column,
+    select,
+    table,
+    text,
+)
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Target
+from wal_sink.errors import first_line
 from wal_sink.mysql.arrow_text import renderable, tsv
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.guarded_connection import GuardedConnection
@@ -41,10 +51,47 @@ log = logging.getLogger(__name__)
 ROW_COLUMN = "_wal_row"
 # MySQL 1148/3948/2068 and MariaDB 4166: local infile disabled on server or client.
 LOCAL_INFILE_REFUSED = frozenset({1148, 2068, 3948, 4166})
+# 1044: no CREATE TEMPORARY TABLES on the database (1142 on MySQL for the table).
+TEMPORARY_TABLE_DENIED = frozenset({1044, 1142})
+PROBE_TABLE = "_wal_sink_load_probe"
 
 
 class BulkLoadRefused(Exception):
-    """The server does not allow LOAD DATA LOCAL; use the row path from now on."""
+    """The server does not allow LOAD DATA LOCAL, or this user may not create the
+    load table; use the row path from now on. The message says what to change."""
+
+
+def say_refused(sink_id: str, reason: str) -> None:
+    """The one warning of a sink whose LOAD DATA path is refused (``reason``, which
+    says what to change)."""
+    log.warning(
+        "sink %s: mysql.local_infile: %s; using multi-row INSERTs instead",
+        sink_id,
+        reason,
+    )
+
+
+def load_table_refused(engine: Engine) -> str | None:
+    """Why this user may not create a load table, as the line a warning carries
+    (None: it may). A session temporary table needs CREATE TEMPORARY TABLES on the
+    database, which no table-level grant gives."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(f"CREATE TEMPORARY TABLE {PROBE_TABLE} (x INT)"))
+            conn.execute(text(f"DROP TEMPORARY TABLE {PROBE_TABLE}"))
+    except DBAPIError as e:
+        if error_code(e) not in TEMPORARY_TABLE_DENIED:
+            raise
+        return _temporary_tables_advice(e)
+    return None
+
+
+def _temporary_tables_advice(e: DBAPIError) -> str:
+    return (
+        f"CREATE TEMPORARY TABLE refused ({first_line(e.orig)}): GRANT CREATE "
+        "TEMPORARY TABLES on the database to the sink's user, or set "
+        "mysql.local_infile = false"
+    )
 
 
 class BulkLoadWarned(Exception):
@@ -103,12 +150,17 @@ class BulkLoader:
         # temp space bounded by a chunk. Neither statement ends the transaction when
         # the table is TEMPORARY. The key on the row number spares a sort.
         conn.execute(text(f"DROP TEMPORARY TABLE IF EXISTS {load_table}"))
-        conn.execute(
-            text(
-                f"CREATE TEMPORARY TABLE {load_table} ({text_columns}, "
-                f"{ROW_COLUMN} BIGINT NOT NULL PRIMARY KEY) ENGINE=InnoDB"
+        try:
+            conn.execute(
+                text(
+                    f"CREATE TEMPORARY TABLE {load_table} ({text_columns}, "
+                    f"{ROW_COLUMN} BIGINT NOT NULL PRIMARY KEY) ENGINE=InnoDB"
+                )
             )
-        )
+        except DBAPIError as e:
+            if error_code(e) in TEMPORARY_TABLE_DENIED:
+                raise BulkLoadRefused(_temporary_tables_advice(e)) from e
+            raise
         fd, path = tempfile.mkstemp(prefix="wal-sink-load-", suffix=".tsv")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -124,7 +176,10 @@ class BulkLoader:
                     )
             except DBAPIError as e:
                 if error_code(e) in LOCAL_INFILE_REFUSED:
-                    raise BulkLoadRefused(str(e.orig)) from e
+                    raise BulkLoadRefused(
+                        f"LOAD DATA LOCAL INFILE refused ({first_line(e.orig)}): set "
+                        "local_infile=1 on the server, or mysql.local_infile = false"
+                    ) from e
                 raise
             warnings = conn.exec_driver_sql("SELECT @@warning_count").scalar_one()
             if warnings:

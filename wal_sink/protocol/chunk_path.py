@@ -21,7 +21,6 @@ to the next way down; row by row takes every chunk.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -33,13 +32,16 @@ from sqlalchemy.exc import DBAPIError
 
 from wal_sink.errors import first_line
 from wal_sink.mysql.acks import TableCounts
-from wal_sink.mysql.bulk_load import BulkLoader, BulkLoadRefused, BulkLoadWarned
+from wal_sink.mysql.bulk_load import (
+    BulkLoader,
+    BulkLoadRefused,
+    BulkLoadWarned,
+    say_refused,
+)
 from wal_sink.mysql.errors import is_row_error
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.protocol.row_by_row import ByKeyColumns
 from wal_sink.wal.quarantine import Entry
-
-log = logging.getLogger(__name__)
 
 
 class ChunkPath(Enum):
@@ -217,13 +219,7 @@ class ChunkPaths:
         except BulkLoadRefused as e:
             savepoint.rollback()
             self.bulk_load_allowed = False
-            log.warning(
-                "sink %s: LOAD DATA LOCAL INFILE refused (%s); using multi-row "
-                "INSERTs instead. Set local_infile=1 on the server, or "
-                "mysql.local_infile = false",
-                self.sink_id,
-                first_line(e),
-            )
+            say_refused(self.sink_id, first_line(e))
             return None
         except BulkLoadWarned:
             savepoint.rollback()

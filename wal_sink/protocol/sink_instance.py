@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -21,6 +22,7 @@ from wal_sink.config.spelling import (
 from wal_sink.errors import ConfigError, WalSinkError, first_line
 from wal_sink.metrics import SinkMetrics
 from wal_sink.mysql import lease
+from wal_sink.mysql.bulk_load import load_table_refused, say_refused
 from wal_sink.mysql.engine import make_engine
 from wal_sink.mysql.errors import is_transient, mysql_error
 from wal_sink.mysql.preflight import preflight
@@ -315,6 +317,7 @@ class SinkInstance:
                 table = reflect_target(self.engine, target.table)
                 preflight(self.engine, config, target, table, received[target.table])
             self._checked_columns.add(frozenset(self.stream_columns))
+            self._check_bulk_load()
             init_db(self.engine, config.mysql)
             ensure_side_tables(self.engine, config, targets)
             epoch = lease.acquire(self.engine, self.tables.lease, self.sink_id)
@@ -334,6 +337,18 @@ class SinkInstance:
         self.metrics.follow_quarantine(self._quarantine_counts)
         self.metrics.lease_held.set(1)
         return self.committer_at(epoch)
+
+    def _check_bulk_load(self) -> None:
+        """With ``mysql.local_infile``, whether this user may create the load table:
+        if not, one warning naming the grant, and the sink upserts with multi-row
+        INSERTs as if the option were off."""
+        mysql = self.config.mysql
+        if not mysql.local_infile:
+            return
+        refused = load_table_refused(self.engine)
+        if refused is not None:
+            say_refused(self.sink_id, refused)
+            self.config = replace(self.config, mysql=replace(mysql, local_infile=False))
 
     def committer_at(self, epoch: int) -> Committer:
         """The committer of this sink as the holder of lease ``epoch``: the one
