@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import apply_staged, documented_user, stage_rows
 from wal_sink.config import config_from_dict
+from wal_sink.ops.purge import execute_purge, expire_tombstones, plan_purge
 from wal_sink.ops.quarantine_entries import list_entries
 from wal_sink.ops.quarantine_retry import plan_retry, run_retry
 from wal_sink.ops.status import collect_status
@@ -193,6 +194,33 @@ def test_tombstones_and_truncates_work_with_their_grants(db, items, tmp_path):
     assert db.rows("SELECT k, n, v FROM items") == [(3, 1, 5)]
     assert db.rows("SELECT k, _wal_version FROM items_tombstones") == [(1, 2)]
     assert db.rows("SELECT _wal_version FROM items_tombstones_truncate") == [(4,)]
+
+
+def test_purge_works_with_the_sinks_grants(db, items, tmp_path):
+    """The acks of purged batches and expired tombstones go, by the grants of a
+    sink keeping tombstones."""
+    db.execute("CREATE TABLE items (k BIGINT PRIMARY KEY, n BIGINT, v BIGINT)")
+    url = documented_user(
+        db,
+        "purger",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON shop.items TO 'sink'@'%'",
+        "GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON shop.items_tombstones "
+        "TO 'sink'@'%'",
+    )
+    cfg = items_config(
+        tmp_path, url, {"tombstone_retention": "0 seconds"}, version_column="v"
+    )
+    apply_staged(cfg, ITEMS, [event("U", 1, 1, 1)], [event("D", 1, None, 2)])
+    sink = SinkInstance(cfg)
+    try:
+        execute_purge(sink, plan_purge(sink, before=1))
+        expired = expire_tombstones(sink)
+    finally:
+        sink.close()
+    assert db.rows("SELECT batch_id FROM wal_sink_ack WHERE sink_id = 'items'") == [
+        (1,)
+    ]
+    assert expired == 1 and db.rows("SELECT * FROM items_tombstones") == []
 
 
 def test_a_history_works_with_its_grants(db, items, tmp_path):
