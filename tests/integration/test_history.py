@@ -411,3 +411,34 @@ def test_an_events_table_made_before_its_index_gets_it_at_start(db, fresh, confi
     )
     assert indexed == [(1,)]
     assert history(db) == [(1, "a", 1, 1, 1, 2), (1, "b", 1, 2, 2, None)]
+
+
+def test_a_sink_with_other_history_settings_is_refused_at_start(db, fresh, config):
+    """A second sink (or this one's config changed) tracking other columns or
+    ignoring NULLs would compute some keys' records under its settings and leave
+    the others under the first's: refused, one line, nothing written."""
+    fresh(TABLE)
+    settings = dict(cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(config("h", ["k"], **settings), SCHEMA, [up(1, "a", 1, 1)])
+    for other in (
+        {"track_history_except_column_list": ["n"]},
+        {"ignore_null_updates": True},
+    ):
+        cfg = config("h", ["k"], sink="s2", **settings, **other)
+        with pytest.raises(ConfigError, match="kept with other settings"):
+            apply(cfg, SCHEMA, [up(1, "b", 2, 2)])
+    same = config("h", ["k"], sink="s3", **settings)
+    apply(same, SCHEMA, [up(1, "b", 2, 2)])
+    assert history(db) == [(1, "a", 1, 1, 1, 2), (1, "b", 2, 2, 2, None)]
+
+
+def test_an_events_table_made_before_its_settings_takes_the_sinks(db, fresh, config):
+    fresh(TABLE)
+    settings = dict(cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(config("h", ["k"], **settings), SCHEMA, [up(1, "a", 1, 1)])
+    db.execute("ALTER TABLE h_events COMMENT = 'wal_sink events of h'")
+    untracked = config("h", ["k"], track_history_except_column_list=["n"], **settings)
+    apply(untracked, SCHEMA, [up(1, "a", 2, 2)], first=1)
+    assert history(db) == [(1, "a", 2, 2, 1, None)]
+    with pytest.raises(ConfigError, match="kept with other settings"):
+        apply(config("h", ["k"], **settings), SCHEMA, [up(1, "a", 3, 3)], first=2)

@@ -18,6 +18,7 @@ start.
 
 from __future__ import annotations
 
+import hashlib
 from functools import partial
 
 from sqlalchemy import Connection, Engine, Table, and_, func, literal_column, text
@@ -37,6 +38,7 @@ OP = "_wal_op"
 APPLIED_BY = "_wal_applied_by"
 UPSERT, DELETE = "U", "D"
 COMMENT = "wal_sink events of {}"
+SETTINGS = "; settings "
 
 
 def events_table(target: Target) -> str:
@@ -94,6 +96,7 @@ def ensure_events(engine: Engine, target: Target) -> None:
         inspector = inspect_db(conn)
         history = [c["name"] for c in inspector.get_columns(target.table)]
         data = [c for c in history if c not in (START_AT, END_AT)]
+        settings = f"{SETTINGS}{history_settings(target)}"
         if not inspector.has_table(name):
             keys = ", ".join(quote(k) for k in target.key)
             conn.execute(
@@ -102,17 +105,14 @@ def ensure_events(engine: Engine, target: Target) -> None:
                     f"{APPLIED_BY} CHAR(32) NOT NULL, "
                     f"PRIMARY KEY ({keys}, {SEQUENCE}), KEY ({APPLIED_BY})) "
                     "ENGINE=InnoDB "
-                    f"COMMENT='{COMMENT.format(target.table)}' SELECT "
+                    f"COMMENT='{COMMENT.format(target.table)}{settings}' SELECT "
                     + ", ".join(quote(c) for c in data)
                     + f", {quote(START_AT)} AS {SEQUENCE}, '' AS {OP}, '' AS "
                     f"{APPLIED_BY} FROM {quote(target.table)} WHERE FALSE"
                 )
             )
-        elif table_comment(conn, name) != COMMENT.format(target.table):
-            raise ConfigError(
-                f"table {name} is not the events table of {target.table}; rename "
-                "it: a history table's events are kept under that name"
-            )
+        else:
+            _check_settings(conn, target, name, settings)
         _refuse_foreign_rows(conn, target, name)
         if not any(
             i["column_names"][:1] == [APPLIED_BY] for i in inspector.get_indexes(name)
@@ -141,6 +141,44 @@ def ensure_events(engine: Engine, target: Target) -> None:
                     f"{text_type} {null}"
                 )
             )
+
+
+def history_settings(target: Target) -> str:
+    """What makes a history of the same events differ: the tracked columns (as
+    the config lists them, lower case) and ``ignore_null_updates``; a digest."""
+    tracked = (
+        "*" if target.tracked is None else sorted(c.lower() for c in target.tracked)
+    )
+    said = f"{tracked}|{sorted(c.lower() for c in target.untracked)}|"
+    said += str(target.ignore_null_updates)
+    return hashlib.sha256(said.encode()).hexdigest()[:12]
+
+
+def _check_settings(conn: Connection, target: Target, name: str, settings: str) -> None:
+    """Refuse an events table of another table, or one kept under other history
+    settings (a second sink, or this one's changed: the records of keys touched
+    since would follow the new settings, the others the old); take one made before
+    the settings were recorded as this sink's."""
+    comment = table_comment(conn, name)
+    base, _, kept = comment.partition(SETTINGS)
+    if base != COMMENT.format(target.table):
+        raise ConfigError(
+            f"table {name} is not the events table of {target.table}; rename "
+            "it: a history table's events are kept under that name"
+        )
+    if not kept:
+        conn.execute(
+            text(f"ALTER TABLE {quoted(conn.dialect, name)} COMMENT = :c"),
+            {"c": base + settings},
+        )
+    elif SETTINGS + kept != settings:
+        raise ConfigError(
+            f"the history {target.table} was kept with other settings than "
+            f"{target.where}'s (track_history_column_list, "
+            "track_history_except_column_list, ignore_null_updates): records "
+            "computed under two would mix. Give every sink of the table the same "
+            "settings; to change them, start from an empty history and events table"
+        )
 
 
 def _definitions(conn: Connection, table: str) -> dict[str, tuple[str, ...]]:
