@@ -631,3 +631,14 @@ def open_reasons(config) -> list[str]:
         return [e.reason for e in list_entries(sink) if e.is_open]
     finally:
         sink.close()
+
+
+def routed_config(path: Path, db, sink_id: str, tables: list[str]) -> Path:
+    """A sink routing column ``tbl`` to ``tables`` (each keyed on ``id``), its WAL
+    beside ``path``; returns ``path``."""
+    sections = "".join(f'[mysql.tables.{t}]\nkey = ["id"]\n' for t in tables)
+    path.write_text(
+        f'[sink]\nid = "{sink_id}"\n[wal]\npath = "{path.parent / "wal"}"\n'
+        f'[mysql]\nurl = "{db.url}"\nroute_column = "tbl"\n{sections}'
+    )
+    return path

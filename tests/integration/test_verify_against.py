@@ -18,11 +18,10 @@ import pytest
 from click.testing import CliRunner
 from deltalake import write_deltalake
 
-from tests.helpers import cli, stage_rows, write_config
+from tests.helpers import apply_staged, cli, routed_config, write_config
 from wal_sink.cli.commands import main
 from wal_sink.config import load_config
 from wal_sink.exit_status import FINDINGS, OK, USAGE
-from wal_sink.protocol.sink_instance import SinkInstance
 
 ROWS = 50
 START = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -125,13 +124,7 @@ def target(db, tmp_path):
     )
     path = write_config(tmp_path / "va.toml", db, table="va", sink_id="va", mysql="")
     path.write_text(path.read_text().replace('key = ["k"]', 'key = ["id"]'))
-    config = load_config(path)
-    stage_rows(config, 0, applied_rows(), WAL)
-    sink = SinkInstance(config)
-    try:
-        sink.recover()
-    finally:
-        sink.close()
+    apply_staged(load_config(path), WAL, applied_rows())
     return path
 
 
@@ -242,32 +235,14 @@ def test_verify_against_routed_sink_every_table(db, tmp_path):
         db.execute(f"DROP TABLE IF EXISTS {t}")
     for t in ("rta", "rtb"):
         db.execute(f"CREATE TABLE {t} (id BIGINT PRIMARY KEY, name VARCHAR(8))")
-    path = tmp_path / "routed.toml"
-    path.write_text(f"""
-[sink]
-id = "routedv"
-[wal]
-path = "{tmp_path / "wal"}"
-[mysql]
-url = "{db.url}"
-route_column = "tbl"
-[mysql.tables.rta]
-key = ["id"]
-[mysql.tables.rtb]
-key = ["id"]
-""")
+    path = routed_config(tmp_path / "routed.toml", db, "routedv", ["rta", "rtb"])
     schema = pa.schema(
         [("tbl", pa.string()), ("id", pa.int64()), ("name", pa.string())]
     )
     rows = [
         {"tbl": t, "id": i, "name": f"{t}{i}"} for t in ("rta", "rtb") for i in range(5)
     ]
-    stage_rows(load_config(path), 0, rows, schema)
-    sink = SinkInstance(load_config(path))
-    try:
-        sink.recover()
-    finally:
-        sink.close()
+    apply_staged(load_config(path), schema, rows)
     for t in ("rta", "rtb"):
         mine = [{"id": r["id"], "name": r["name"]} for r in rows if r["tbl"] == t]
         write_deltalake(str(tmp_path / "lake" / t), pa.Table.from_pylist(mine))
@@ -294,12 +269,7 @@ def test_verify_against_timestamp_key_in_another_zone_chunks_alike(db, tmp_path)
     rows = [{"at": START + timedelta(seconds=i), "n": i} for i in range(10)]
     path = write_config(tmp_path / "vts.toml", db, table="vts", sink_id="vts", mysql="")
     path.write_text(path.read_text().replace('key = ["k"]', 'key = ["at"]'))
-    stage_rows(load_config(path), 0, rows, schema)
-    sink = SinkInstance(load_config(path))
-    try:
-        sink.recover()
-    finally:
-        sink.close()
+    apply_staged(load_config(path), schema, rows)
     tokyo = pa.schema([("at", pa.timestamp("us", tz="Asia/Tokyo")), ("n", pa.int32())])
     (tmp_path / "src").mkdir()  # Parquet keeps the zone (Delta's are all UTC)
     pq.write_table(pa.Table.from_pylist(rows, schema=tokyo), tmp_path / "src" / "p")
@@ -320,3 +290,37 @@ def test_verify_against_history_table_refused_in_one_line(db, tmp_path):
     assert r.exit_code == USAGE
     assert "vh is a history (stored_as_scd_type = 2)" in r.output
     assert r.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("kind", ["delta", "mysql"])
+def test_verify_against_large_chunks_narrowed_to_the_rows_that_differ(
+    db, tmp_path, kind
+):
+    for t in ("vn", "vn_src", "wal_sink_ack"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute("CREATE TABLE vn (id BIGINT PRIMARY KEY, v INT) ENGINE=InnoDB")
+    db.execute("INSERT INTO vn SELECT seq, seq FROM seq_0_to_4999")
+    if kind == "delta":
+        source = str(tmp_path / "src")
+        ids = list(range(5000))
+        write_deltalake(source, pa.table({"id": ids, "v": pa.array(ids, pa.int32())}))
+    else:
+        db.execute("CREATE TABLE vn_src AS SELECT * FROM vn")
+        db.execute("ALTER TABLE vn_src ADD PRIMARY KEY (id)")
+        source = f"mysql://{db.name}.vn_src"
+    changed, deleted, added = [5, 1234, 1299, 3001, 4999], [0, 2500, 4321], [-5, 7000]
+    db.execute(f"UPDATE vn SET v = -1 WHERE id IN {tuple(changed)}")
+    db.execute(f"DELETE FROM vn WHERE id IN {tuple(deleted)}")
+    db.execute("INSERT INTO vn VALUES (-5, 0), (7000, 0)")
+    path = write_config(tmp_path / "vn.toml", db, table="vn", sink_id="vn", mysql="")
+    path.write_text(path.read_text().replace('key = ["k"]', 'key = ["id"]'))
+    r = verify(path, "--against", source, "--chunk-rows", "2000", "--json")
+    assert r.exit_code == FINDINGS, r.output
+    (report,) = json.loads(r.output)
+    found = {(d["kind"], d["key"]["id"]) for d in report["differences"]}
+    assert found == (
+        {("different", i) for i in changed}
+        | {("missing", i) for i in deleted}
+        | {("extra", i) for i in added}
+    )
+    assert (report["chunks"], report["chunks_differing"]) == (3, 3)

@@ -8,17 +8,15 @@ through click's runner (and once as a real process)."""
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from tests.helpers import cli, stage_rows, write_config
+from tests.helpers import apply_staged, cli, routed_config, write_config
 from wal_sink.cli.commands import main
 from wal_sink.config import load_config
 from wal_sink.exit_status import FINDINGS, OK
-from wal_sink.protocol.sink_instance import SinkInstance
 
 SCHEMA = pa.schema(
     [
@@ -61,13 +59,7 @@ def books(db, tmp_path):
         rows(("c", "3", "U", 2), ("toolong", "4", "U", 2), ("a", "1", "D", 3)),
         rows(("d", "5", "U", 4), ("b", "9", "U", 0)),
     ]
-    for batch_id, batch in enumerate(staged):
-        stage_rows(config, batch_id, batch, SCHEMA)
-    sink = SinkInstance(config)
-    try:
-        sink.recover()
-    finally:
-        sink.close()
+    apply_staged(config, SCHEMA, *staged)
 
     def verify(*args: str):
         return CliRunner().invoke(main, ["-c", str(path), "verify", *args])
@@ -167,38 +159,18 @@ def test_verify_tombstones_past_retention_found(books, db):
 ROUTED = pa.schema([("tbl", pa.string()), ("id", pa.int64()), ("name", pa.string())])
 
 
-def test_verify_routed_sink_per_table_counts_checked(db, tmp_path: Path):
+def test_verify_routed_sink_per_table_counts_checked(db, tmp_path):
     for t in ("ra", "rb", "wal_sink_ack", "wal_sink_ack_tables"):
         db.execute(f"DROP TABLE IF EXISTS {t}")
     for t in ("ra", "rb"):
         db.execute(f"CREATE TABLE {t} (id BIGINT PRIMARY KEY, name VARCHAR(8))")
-    path = tmp_path / "routed.toml"
-    path.write_text(f"""
-[sink]
-id = "routed"
-[wal]
-path = "{tmp_path / "wal"}"
-[mysql]
-url = "{db.url}"
-route_column = "tbl"
-[mysql.tables.ra]
-key = ["id"]
-[mysql.tables.rb]
-key = ["id"]
-""")
-    config = load_config(path)
+    path = routed_config(tmp_path / "routed.toml", db, "routed", ["ra", "rb"])
     batch = [
         {"tbl": "ra", "id": 1, "name": "x"},
         {"tbl": "rb", "id": 1, "name": "y"},
         {"tbl": "nowhere", "id": 2, "name": "z"},
     ]
-    stage_rows(config, 0, batch, ROUTED)
-    stage_rows(config, 1, batch[:2], ROUTED)
-    sink = SinkInstance(config)
-    try:
-        sink.recover()
-    finally:
-        sink.close()
+    apply_staged(load_config(path), ROUTED, batch, batch[:2])
     runner = CliRunner()
     r = runner.invoke(main, ["-c", str(path), "verify"])
     assert r.exit_code == OK, r.output

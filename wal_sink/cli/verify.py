@@ -35,7 +35,7 @@ from wal_sink.exit_status import FINDINGS
 @click.option(
     "--chunk-rows",
     type=click.IntRange(min=1),
-    default=10_000,
+    default=1_000,
     show_default=True,
     help="With --against: rows per checksummed chunk.",
 )

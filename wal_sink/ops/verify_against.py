@@ -5,9 +5,11 @@ server — compared by key, in chunks of the key's order:
 1. Cut the source into chunks of ``chunk_rows`` rows in the key's order.
 2. For each chunk, compare its count and checksum on both sides, each computed where
    its data is (verify_sides.py): nothing but two numbers per chunk leaves MySQL.
-3. Read only the chunks that differ, a key and a hash per row, and match them by
-   key across all of them (a row the two orders place in different chunks is still
-   found): missing in MySQL, extra in MySQL, or different.
+3. Narrow each chunk that differs: cut it in parts, compare their sums (one query
+   per chunk, grouped by part), and so on down to parts of at most LEAF_ROWS rows;
+   read only those, a key and a hash per row, and match them by key across all of
+   them (a row the two orders place in different chunks is still found): missing
+   in MySQL, extra in MySQL, or different.
 4. For a row that differs, name the columns that do, as canonical text
    (verify_canonical.py); text that only the collation's own ``=`` holds equal is
    not a difference.
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +36,7 @@ from wal_sink.mysql.identifiers import quoted
 from wal_sink.mysql.target_profile import read_columns
 from wal_sink.ops.verify_canonical import TEXT, Canonical, canonical
 from wal_sink.ops.verify_read import Source, read_arrow
-from wal_sink.ops.verify_sides import ArrowSide, Bound, MysqlSide, Row
+from wal_sink.ops.verify_sides import ArrowSide, Chunk, MysqlSide, Row
 from wal_sink.protocol.sink_instance import SinkInstance
 
 log = logging.getLogger(__name__)
@@ -43,7 +47,11 @@ EXTRA = "extra"
 """In MySQL, not in the source."""
 DIFFERENT = "different"
 """In both, with other values."""
-CHUNK_ROWS = 10_000
+CHUNK_ROWS = 1_000
+PARTS = 10
+"""A differing chunk is cut into this many parts, and so on down to LEAF_ROWS."""
+LEAF_ROWS = 100
+"""A differing part this small is read row by row (a key and a hash each)."""
 
 
 @dataclass(frozen=True)
@@ -167,39 +175,64 @@ def _compare(
         target, facts, _json_columns(conn, target.table), names, wanted
     )
     q = lambda n: quoted(conn.dialect, n)  # noqa: E731
-    mine = MysqlSide(conn, q(target.table), key, columns, where)
-    other: MysqlSide | ArrowSide
-    if source.database is not None:
-        other = MysqlSide(
-            conn, f"{q(source.database)}.{q(source.table)}", key, columns, where
-        )
-        ends = other.boundaries(chunk_rows)
-    else:
-        renames = {names[c.name.lower()]: c.name for c in [*key, *columns]}
-        arrow = read_arrow(source, sink.wal.storage, list(renames), where)
-        arrow = arrow.rename_columns([renames[n] for n in arrow.column_names])
-        other = ArrowSide(_utc(arrow), key, columns, chunk_rows)
-        ends = other.ends
-    bounds: list[tuple[Bound, Bound]] = list(
-        zip([None, *ends], [*ends, None], strict=True)
-    )
-    theirs: dict[str, Row] = {}
-    ours: dict[str, Row] = {}
-    for i, (lo, hi) in enumerate(bounds):
-        s = other.sums(lo, hi) if isinstance(other, MysqlSide) else other.sums(i)
-        t = mine.sums(lo, hi)
-        report.source_rows += s[0]
-        report.target_rows += t[0]
-        if s != t:
-            report.chunks_differing += 1
-            got = other.rows(lo, hi) if isinstance(other, MysqlSide) else other.rows(i)
-            theirs.update((r.key_text, r) for r in got)
-            ours.update((r.key_text, r) for r in mine.rows(lo, hi))
-    report.chunks = len(bounds)
-    report.differences = _differences(key, columns, mine, other, theirs, ours)
+    with sink.engine.connect() as own:
+        mine = MysqlSide(own, q(target.table), key, columns, where)
+        other: MysqlSide | ArrowSide
+        if source.database is not None:
+            name = f"{q(source.database)}.{q(source.table)}"
+            other = MysqlSide(conn, name, key, columns, where)
+        else:
+            renames = {names[c.name.lower()]: c.name for c in [*key, *columns]}
+            arrow = read_arrow(source, sink.wal.storage, list(renames), where)
+            arrow = arrow.rename_columns([renames[n] for n in arrow.column_names])
+            other = ArrowSide(_utc(arrow), key, columns)
+        # Step 1. The source's chunks; step 2, their sums on both sides at once.
+        chunks = other.chunks(chunk_rows)
+        with ThreadPoolExecutor(1) as pool:
+            ours_later = pool.submit(mine.sums, chunks)
+            theirs_now = other.sums(chunks)
+            ours_now = ours_later.result()
+        report.chunks = len(chunks)
+        report.source_rows = sum(c for c, _ in theirs_now)
+        report.target_rows = sum(c for c, _ in ours_now)
+        # Step 3. Differing chunks, narrowed to parts of at most LEAF_ROWS rows.
+        differing = [
+            (c, a[0])
+            for c, a, b in zip(chunks, theirs_now, ours_now, strict=True)
+            if a != b
+        ]
+        report.chunks_differing = len(differing)
+        theirs: dict[str, Row] = {}
+        ours: dict[str, Row] = {}
+        for leaf in _narrowed(mine, other, differing):
+            theirs.update((r.key_text, r) for r in other.rows(leaf))
+            ours.update((r.key_text, r) for r in mine.rows(leaf))
+        # Step 4. What differs, and in which columns.
+        report.differences = _differences(key, columns, mine, other, theirs, ours)
     report.seconds = time.monotonic() - started
     log.info("%s", report.summary())
     return report
+
+
+def _narrowed(
+    mine: MysqlSide,
+    other: MysqlSide | ArrowSide,
+    differing: list[tuple[Chunk, int]],
+) -> Iterator[Chunk]:
+    """The parts of the ``differing`` chunks (with their source row counts) that
+    differ, each of at most LEAF_ROWS source rows (or no longer divisible): each
+    chunk cut in PARTS parts, their sums asked of each side by one query."""
+    while differing:
+        chunk, count = differing.pop()
+        parts = other.split(chunk, count, PARTS) if count > LEAF_ROWS else [chunk]
+        if len(parts) == 1:
+            yield chunk
+            continue
+        theirs = other.sums_within(chunk, parts)
+        ours = mine.sums_within(chunk, parts)
+        differing += [
+            (p, a[0]) for p, a, b in zip(parts, theirs, ours, strict=True) if a != b
+        ]
 
 
 def _differences(
@@ -217,12 +250,8 @@ def _differences(
     found += [Difference(EXTRA, named(r)) for k, r in ours.items() if k not in theirs]
     changed = [k for k, r in theirs.items() if k in ours and ours[k].hash != r.hash]
     if changed:
-        here = mine.texts([ours[k].key for k in changed])
-        there = (
-            other.texts([theirs[k].key for k in changed])
-            if isinstance(other, MysqlSide)
-            else other.texts(changed)
-        )
+        here = mine.texts([ours[k] for k in changed])
+        there = other.texts([theirs[k] for k in changed])
         for k in changed:
             differ = tuple(
                 c.name

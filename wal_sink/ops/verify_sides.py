@@ -1,19 +1,22 @@
 """The two sides ``wal-sink verify --against`` compares, each answering the same
-three questions about a chunk of keys — its count and checksum, each row's key and
+questions about chunks of keys — their counts and checksums, each row's key and
 hash, each row's values as text — where its data is:
 
-- a MySQL table (the target, or a source on the sink's server): one query per
-  question and chunk, the canonical text and its hash computed by the server
-  (verify_canonical.py); a chunk is a range of the key, read through its index;
+- a MySQL table (the target, or a source on the sink's server): the canonical text
+  and its hash computed by the server (verify_canonical.py); a chunk is a range of
+  the key, read through its index, by one query (or one query for the parts of a
+  chunk, grouped by part);
 - an Arrow table (a Delta or Parquet source, read whole, only the columns
   compared): sorted by the key once, the texts and hashes computed by pyarrow's
   kernels, a chunk a slice of it.
 
-A chunk is ``(lo, hi]`` in the key's order, ``None`` for no bound.
+A chunk is ``(lo, hi]`` in the key's order, ``None`` for no bound; the source's
+rows decide where chunks end.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,15 +41,28 @@ from wal_sink.ops.verify_canonical import (
 
 Key = tuple[Any, ...]
 Bound = Key | None
+Sums = tuple[int, int]
+"""A chunk's row count and the sum of its rows' hashes modulo 2**64."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    lo: Bound
+    hi: Bound
+    start: int = 0
+    """Where it starts and stops among the Arrow side's sorted rows."""
+    stop: int = 0
 
 
 @dataclass(frozen=True)
 class Row:
-    """One row of a chunk: its key as text (matches across sides), hash, raw key."""
+    """One row of a chunk: its key as text (matches across sides), hash, raw key,
+    and its place among the Arrow side's sorted rows."""
 
     key_text: str
     hash: int
     key: Key
+    at: int = -1
 
 
 class MysqlSide:
@@ -68,20 +84,24 @@ class MysqlSide:
         self.where = f" AND ({where.replace(':', chr(92) + ':')})" if where else ""
         self._row_hash = sql_hash(sql_row([*self.key, *self.columns], self.q))
         self._key_text = sql_row(self.key, self.q)
+        self._names = [self.q(c.name) for c in self.key]
+        self._keys = ", ".join(self._names)
 
     def _range(self, lo: Bound, hi: Bound) -> tuple[str, dict[str, Any]]:
-        names = [self.q(c.name) for c in self.key]
         parts, params = ["TRUE"], {}
         if lo is not None:
-            parts.append(_beyond(names, "lo", ">"))
+            parts.append(_beyond(self._names, "lo", ">"))
             params.update({f"lo{i}": v for i, v in enumerate(lo)})
         if hi is not None:
-            parts.append(_beyond(names, "hi", "<", inclusive=True))
+            parts.append(_beyond(self._names, "hi", "<", inclusive=True))
             params.update({f"hi{i}": v for i, v in enumerate(hi)})
         return " AND ".join(parts) + self.where, params
 
-    def sums(self, lo: Bound, hi: Bound) -> tuple[int, int]:
-        """The chunk's row count and the sum of its rows' hashes modulo 2**64."""
+    def sums(self, chunks: Sequence[Chunk]) -> list[Sums]:
+        """Each chunk's sums, one query each."""
+        return [self._sums(c.lo, c.hi) for c in chunks]
+
+    def _sums(self, lo: Bound, hi: Bound) -> Sums:
         cond, params = self._range(lo, hi)
         count, total = self.conn.execute(
             text(
@@ -91,46 +111,83 @@ class MysqlSide:
         ).one()
         return int(count), int(total or 0) % MOD
 
-    def rows(self, lo: Bound, hi: Bound) -> list[Row]:
-        cond, params = self._range(lo, hi)
-        keys = ", ".join(self.q(c.name) for c in self.key)
+    def sums_within(self, parent: Chunk, parts: Sequence[Chunk]) -> list[Sums]:
+        """The sums of ``parts`` of ``parent``, by one query grouping its rows by
+        part."""
+        cond, params = self._range(parent.lo, parent.hi)
+        whens = []
+        for j, part in enumerate(parts[:-1]):
+            whens.append(
+                f"WHEN {_beyond(self._names, f'p{j}_', '<', inclusive=True)} THEN {j}"
+            )
+            params.update({f"p{j}_{i}": v for i, v in enumerate(part.hi or ())})
+        bucket = f"CASE {' '.join(whens)} ELSE {len(parts) - 1} END"
+        found = {
+            int(b): (int(count), int(total or 0) % MOD)
+            for b, count, total in self.conn.execute(
+                text(
+                    f"SELECT {bucket} AS part, COUNT(*), SUM({self._row_hash}) "
+                    f"FROM {self.name} WHERE {cond} GROUP BY part"
+                ),
+                params,
+            )
+        }
+        return [found.get(j, (0, 0)) for j in range(len(parts))]
+
+    def rows(self, chunk: Chunk) -> list[Row]:
+        cond, params = self._range(chunk.lo, chunk.hi)
         found = self.conn.execute(
             text(
-                f"SELECT {self._key_text}, {self._row_hash}, {keys} "
+                f"SELECT {self._key_text}, {self._row_hash}, {self._keys} "
                 f"FROM {self.name} WHERE {cond}"
             ),
             params,
         )
         return [Row(r[0], int(r[1]), tuple(r[2:])) for r in found]
 
-    def boundaries(self, chunk_rows: int) -> list[Key]:
-        """The key ending each chunk of ``chunk_rows`` rows, in the key's order."""
-        keys = ", ".join(self.q(c.name) for c in self.key)
+    def chunks(self, rows: int) -> list[Chunk]:
+        """The table in chunks of ``rows`` rows, in the key's order."""
         ends: list[Key] = []
         while True:
             cond, params = self._range(ends[-1] if ends else None, None)
             end = self.conn.execute(
                 text(
-                    f"SELECT {keys} FROM {self.name} WHERE {cond} ORDER BY {keys} "
-                    f"LIMIT 1 OFFSET {chunk_rows - 1}"
+                    f"SELECT {self._keys} FROM {self.name} WHERE {cond} "
+                    f"ORDER BY {self._keys} LIMIT 1 OFFSET {rows - 1}"
                 ),
                 params,
             ).first()
             if end is None:
-                return ends
+                return _between(None, ends, None)
             ends.append(tuple(end))
 
-    def texts(self, keys: Sequence[Key]) -> dict[str, list[str | None]]:
-        """The canonical text of each compared column of the rows of ``keys``, by
-        key text."""
-        if not keys:
-            return {}
-        names = [self.q(c.name) for c in self.key]
-        match = " OR ".join(
-            "(" + " AND ".join(f"{n} = :k{i}_{j}" for j, n in enumerate(names)) + ")"
-            for i in range(len(keys))
+    def split(self, chunk: Chunk, count: int, parts: int) -> list[Chunk]:
+        """``chunk`` (of ``count`` rows) in about ``parts`` parts of its rows."""
+        every = max(1, math.ceil(count / parts))
+        cond, params = self._range(chunk.lo, chunk.hi)
+        ends = self.conn.execute(
+            text(
+                f"SELECT {self._keys} FROM (SELECT {self._keys}, ROW_NUMBER() OVER "
+                f"(ORDER BY {self._keys}) AS n FROM {self.name} WHERE {cond}) x "
+                f"WHERE n % {every} = 0 AND n < {count} ORDER BY n"
+            ),
+            params,
         )
-        params = {f"k{i}_{j}": v for i, k in enumerate(keys) for j, v in enumerate(k)}
+        return _between(chunk.lo, [tuple(e) for e in ends], chunk.hi)
+
+    def texts(self, rows: Sequence[Row]) -> dict[str, list[str | None]]:
+        """The canonical text of each compared column of ``rows``, by key text."""
+        if not rows:
+            return {}
+        match = " OR ".join(
+            "("
+            + " AND ".join(f"{n} = :k{i}_{j}" for j, n in enumerate(self._names))
+            + ")"
+            for i in range(len(rows))
+        )
+        params = {
+            f"k{i}_{j}": v for i, r in enumerate(rows) for j, v in enumerate(r.key)
+        }
         values = ", ".join(sql_text(c, self.q) for c in self.columns)
         found = self.conn.execute(
             text(f"SELECT {self._key_text}, {values} FROM {self.name} WHERE {match}"),
@@ -154,14 +211,10 @@ class MysqlSide:
 
 
 class ArrowSide:
-    """A source read into Arrow, sorted by the key, cut into chunks of its rows."""
+    """A source read into Arrow, sorted by the key; hashes computed on first use."""
 
     def __init__(
-        self,
-        table: pa.Table,
-        key: Sequence[Canonical],
-        columns: Sequence[Canonical],
-        chunk_rows: int,
+        self, table: pa.Table, key: Sequence[Canonical], columns: Sequence[Canonical]
     ) -> None:
         order = pc.sort_indices(
             pa.table({str(i): _sortable(c, table[c.name]) for i, c in enumerate(key)}),
@@ -169,43 +222,70 @@ class ArrowSide:
         )
         self.table = table.take(order)
         self.key, self.columns = list(key), list(columns)
-        self.key_text = arrow_row(self.key, self.table).to_pylist()
-        self.hash = hashes(arrow_row([*self.key, *self.columns], self.table))
-        self.starts = list(range(0, max(len(self.table), 1), chunk_rows))
-        ends = [s - 1 for s in self.starts[1:]]
         self._keys = self.table.select([c.name for c in self.key])
-        self.ends: list[Key] = [self.raw_key(i) for i in ends]
+        self._hash: np.ndarray | None = None
+
+    @property
+    def hash(self) -> np.ndarray:
+        if self._hash is None:
+            self._hash = hashes(arrow_row([*self.key, *self.columns], self.table))
+        return self._hash
 
     def raw_key(self, index: int) -> Key:
         return tuple(self._keys.column(j)[index].as_py() for j in range(len(self.key)))
 
-    def _slice(self, chunk: int) -> slice:
-        start = self.starts[chunk]
-        end = self.starts[chunk + 1] if chunk + 1 < len(self.starts) else None
-        return slice(start, end if end is not None else len(self.table))
+    def chunks(self, rows: int) -> list[Chunk]:
+        """The table in chunks of ``rows`` rows (one, empty, for an empty table)."""
+        return self._cut(Chunk(None, None, 0, len(self.table)), rows)
 
-    def sums(self, chunk: int) -> tuple[int, int]:
-        part = self.hash[self._slice(chunk)]
-        return len(part), int(np.sum(part, dtype=np.uint64))
+    def split(self, chunk: Chunk, count: int, parts: int) -> list[Chunk]:
+        return self._cut(chunk, max(1, math.ceil(count / parts)))
 
-    def rows(self, chunk: int) -> list[Row]:
-        s = self._slice(chunk)
+    def _cut(self, chunk: Chunk, every: int) -> list[Chunk]:
+        starts = list(range(chunk.start, max(chunk.stop, chunk.start + 1), every))
+        stops = [*starts[1:], chunk.stop]
+        ends = [self.raw_key(s - 1) for s in starts[1:]]
+        bounds = _between(chunk.lo, ends, chunk.hi)
         return [
-            Row(self.key_text[i], int(self.hash[i]), self.raw_key(i))
-            for i in range(s.start, s.stop)
+            Chunk(b.lo, b.hi, start, stop)
+            for b, start, stop in zip(bounds, starts, stops, strict=True)
         ]
 
-    def texts(self, keys: Sequence[str]) -> dict[str, list[str | None]]:
-        """The canonical text of each compared column of the rows of ``keys`` (key
-        texts)."""
-        wanted = set(keys)
-        at = [i for i, k in enumerate(self.key_text) if k in wanted]
-        part = self.table.take(at)
+    def sums(self, chunks: Sequence[Chunk]) -> list[Sums]:
+        return [
+            (
+                c.stop - c.start,
+                int(np.sum(self.hash[c.start : c.stop], dtype=np.uint64)),
+            )
+            for c in chunks
+        ]
+
+    def sums_within(self, parent: Chunk, parts: Sequence[Chunk]) -> list[Sums]:
+        return self.sums(parts)
+
+    def rows(self, chunk: Chunk) -> list[Row]:
+        texts = arrow_row(
+            self.key, self.table.slice(chunk.start, chunk.stop - chunk.start)
+        )
+        return [
+            Row(t, int(self.hash[i]), self.raw_key(i), i)
+            for t, i in zip(
+                texts.to_pylist(), range(chunk.start, chunk.stop), strict=True
+            )
+        ]
+
+    def texts(self, rows: Sequence[Row]) -> dict[str, list[str | None]]:
+        """The canonical text of each compared column of ``rows``, by key text."""
+        part = self.table.take([r.at for r in rows])
         columns = [arrow_text(c, part[c.name].combine_chunks()) for c in self.columns]
         return {
-            self.key_text[i]: [col[n].as_py() for col in columns]
-            for n, i in enumerate(at)
+            r.key_text: [col[n].as_py() for col in columns] for n, r in enumerate(rows)
         }
+
+
+def _between(lo: Bound, ends: list[Key], hi: Bound) -> list[Chunk]:
+    """The chunks ``ends`` cut ``(lo, hi]`` into."""
+    return [Chunk(a, b) for a, b in zip([lo, *ends], [*ends, hi], strict=True)]
 
 
 def _sortable(c: Canonical, column: pa.ChunkedArray) -> pa.Array:
