@@ -8,14 +8,20 @@ key. Goal: at least 3x faster, and the differences exact — the same 100 for bo
 Usage: python -m bench.verify [ROWS] [ROUNDS]
 The target is filled by SQL (MariaDB's sequence engine), not by the sink: verify
 reads a table, whoever wrote it. Rounds alternate the two ways.
+
+And `wal-sink verify` (the books) as a user runs it, a new process, on a WAL of
+BATCHES staged batches, each acked (goal: seconds):
+python -m bench.verify books [BATCHES]
 """
 
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sys
 from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +29,7 @@ import pymysql
 from deltalake import DeltaTable, write_deltalake
 
 from bench.common import Bench, load_line, seconds
+from bench.status_latency import build_wal
 from devtools.mariadb import SINK_PASSWORD
 from wal_sink.ops.verify_against import DIFFERENT, EXTRA, MISSING, verify_against
 from wal_sink.ops.verify_read import Source
@@ -147,5 +154,43 @@ def _runs(times: list[float]) -> str:
     return "[" + ", ".join(f"{t:.2f}" for t in times) + "]"
 
 
+def books(batches: int = 10_000, rounds: int = 3) -> None:
+    print(load_line("start"), flush=True)
+    with Bench("verify-books") as bench:
+        bench.sql("CREATE TABLE t (k VARCHAR(16) PRIMARY KEY, amount DOUBLE)")
+        config = bench.config("t")
+        SinkInstance(config).start()
+        build_wal(Path(config.wal_path), batches)  # a row per batch
+        bench.sql(
+            "INSERT INTO wal_sink_ack (sink_id, batch_id, row_count, deleted_count, "
+            "quarantined, epoch, committed_at, apply_id, state) SELECT 'bench', seq, "
+            "1, 0, 0, 1, NOW(6), REPEAT('a', 32), 'applied' "
+            f"FROM seq_0_to_{batches - 1}"
+        )
+        toml = bench.dir / "bench.toml"
+        toml.write_text(
+            f'[sink]\nid = "bench"\n[wal]\npath = "{config.wal_path}"\n'
+            f'[mysql]\nurl = "{config.mysql.url}"\ntable = "t"\nkey = ["k"]\n'
+        )
+        cli = str(Path(sys.executable).with_name("wal-sink"))
+        times = [
+            seconds(
+                lambda: subprocess.run(
+                    [cli, "-c", str(toml), "verify"], check=True, capture_output=True
+                )
+            )
+            for _ in range(rounds)
+        ]
+        print(
+            f"wal-sink verify on {batches:,} acked batches: {_runs(times)} s, median "
+            f"{statistics.median(times):.2f} s (goal: seconds; exit 0, books balance)",
+            flush=True,
+        )
+    print(load_line("end"), flush=True)
+
+
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    if sys.argv[1:2] == ["books"]:
+        books(*(int(a) for a in sys.argv[2:3]))
+    else:
+        main(*(int(a) for a in sys.argv[1:3]))

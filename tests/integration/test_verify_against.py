@@ -324,3 +324,13 @@ def test_verify_against_large_chunks_narrowed_to_the_rows_that_differ(
         | {("extra", i) for i in added}
     )
     assert (report["chunks"], report["chunks_differing"]) == (3, 3)
+
+
+def test_verify_against_source_with_a_key_twice_refused_in_one_line(target, tmp_path):
+    rows = source_rows()
+    write_deltalake(
+        str(tmp_path / "src"), pa.Table.from_pylist([*rows, rows[7]], schema=SOURCE)
+    )
+    r = verify(target, "--against", str(tmp_path / "src"))
+    assert r.exit_code == USAGE
+    assert "the source holds the key (7,) more than once" in r.output

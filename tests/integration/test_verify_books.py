@@ -126,6 +126,23 @@ def test_verify_marker_naming_the_acked_apply_found(books, db):
     assert "a marker says apply" in r.output
 
 
+def test_verify_entries_of_a_replaced_apply_without_marker_found(books, db):
+    verify, _ = books
+    (old,) = db.rows("SELECT apply_id FROM wal_sink_ack WHERE batch_id = 1")[0]
+    db.execute("UPDATE wal_sink_ack SET apply_id = REPEAT('2', 32) WHERE batch_id = 1")
+    r = verify()
+    assert r.exit_code == FINDINGS, r.output
+    assert "but the ack names apply 22222222222222222222222222222222 and no marker" in (
+        r.output
+    )
+    db.execute(  # what a forced replay writes: the old apply's entries superseded
+        "INSERT INTO wal_sink_retry (sink_id, entry_id, batch_id, state, retry_id, "
+        "retried_at) VALUES ('vb', %s, 1, 'superseded', REPEAT('2', 32), NOW(6))",
+        (f"{old}/1/*",),
+    )
+    assert "no marker" not in verify().output
+
+
 def test_verify_set_aside_count_without_its_entries_found(books, db):
     verify, _ = books
     db.execute(

@@ -52,6 +52,8 @@ PARTS = 10
 """A differing chunk is cut into this many parts, and so on down to LEAF_ROWS."""
 LEAF_ROWS = 100
 """A differing part this small is read row by row (a key and a hash each)."""
+TEXTS_AT_ONCE = 500
+"""Rows that differ whose values are read by one query."""
 
 
 @dataclass(frozen=True)
@@ -249,10 +251,11 @@ def _differences(
     found = [Difference(MISSING, named(r)) for k, r in theirs.items() if k not in ours]
     found += [Difference(EXTRA, named(r)) for k, r in ours.items() if k not in theirs]
     changed = [k for k, r in theirs.items() if k in ours and ours[k].hash != r.hash]
-    if changed:
-        here = mine.texts([ours[k] for k in changed])
-        there = other.texts([theirs[k] for k in changed])
-        for k in changed:
+    for at in range(0, len(changed), TEXTS_AT_ONCE):
+        some = changed[at : at + TEXTS_AT_ONCE]
+        here = mine.texts([ours[k] for k in some])
+        there = other.texts([theirs[k] for k in some])
+        for k in some:
             differ = tuple(
                 c.name
                 for c, a, b in zip(columns, there[k], here[k], strict=True)
@@ -261,7 +264,7 @@ def _differences(
             if differ:
                 found.append(Difference(DIFFERENT, named(theirs[k]), differ))
     order = {MISSING: 0, EXTRA: 1, DIFFERENT: 2}
-    return sorted(found, key=lambda d: (order[d.kind], str(list(d.key.values()))))
+    return sorted(found, key=lambda d: (order[d.kind], tuple(d.key.values())))
 
 
 def _collated_equal(mine: MysqlSide, c: Canonical, a: Any, b: Any) -> bool:

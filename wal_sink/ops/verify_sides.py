@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Connection, text
 
+from wal_sink.errors import ConfigError
 from wal_sink.mysql.identifiers import quoted
 from wal_sink.ops.verify_canonical import (
     MOD,
@@ -224,6 +225,13 @@ class ArrowSide:
         self.key, self.columns = list(key), list(columns)
         self._keys = self.table.select([c.name for c in self.key])
         self._hash: np.ndarray | None = None
+        keys = arrow_row(self.key, self.table)
+        twice = pc.indices_nonzero(pc.equal(keys[1:], keys[:-1]))
+        if len(twice):
+            raise ConfigError(
+                f"the source holds the key {self.raw_key(twice[0].as_py())} more "
+                "than once: it is not a state of the target (one row per key)"
+            )
 
     @property
     def hash(self) -> np.ndarray:
