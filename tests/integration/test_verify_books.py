@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from tests.helpers import apply_staged, cli, routed_config, write_config
 from wal_sink.cli.commands import main
 from wal_sink.config import load_config
-from wal_sink.exit_status import FINDINGS, OK
+from wal_sink.exit_status import FINDINGS, OK, USAGE
 
 SCHEMA = pa.schema(
     [
@@ -199,3 +199,12 @@ def test_verify_routed_sink_per_table_counts_checked(db, tmp_path):
     assert r.exit_code == FINDINGS, r.output
     assert "ack-counts: the per-table counts (5 upserted" in r.output
     assert "ack rows' (4 upserted" in r.output
+
+
+def test_verify_before_init_db_is_one_line_usage_error(db, tmp_path):
+    db.execute("DROP TABLE IF EXISTS wal_sink_ack")
+    path = write_config(tmp_path / "vfresh.toml", db, table="vfresh")
+    r = cli(path, "verify")
+    assert r.returncode == USAGE, r.stderr
+    assert r.stderr.count("\n") == 1
+    assert "wal_sink_ack' doesn't exist: the sink's tables are missing" in r.stderr

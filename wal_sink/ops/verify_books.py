@@ -29,12 +29,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import ProgrammingError
 
+from wal_sink.errors import ConfigError
 from wal_sink.mysql.acks import Ack, TableCounts
+from wal_sink.mysql.errors import error_code, mysql_error
 from wal_sink.mysql.identifiers import quoted
 from wal_sink.mysql.retry_state import marker
 from wal_sink.mysql.tombstones import VERSION, Tombstones
 from wal_sink.ops.purge import expire_tombstones
+from wal_sink.ops.status import NO_SUCH_TABLE
 from wal_sink.protocol.recovery import unacked_batches
 from wal_sink.protocol.sink_instance import SinkInstance
 from wal_sink.wal.format import open_parquet
@@ -74,32 +78,50 @@ class Finding:
 
 
 def check_books(sink: SinkInstance) -> list[Finding]:
-    """Every finding of the five checks, in their order (module docstring)."""
+    """Every finding of the five checks, in their order (module docstring).
+
+    Raises ConfigError when the sink's tables do not exist (yet): nothing to
+    verify before ``init-db`` or a first start."""
     wal = sink.wal
     wal.refresh()
     staged = wal.staged_batches()
-    with sink.engine.connect() as conn:
-        with conn.begin():
-            acks = sink.acks.locked(conn, min(staged), max(staged)) if staged else {}
-        whole = set(sink.acks.set_aside(conn))
-        findings = list(_ack_counts(sink, staged, acks, whole))
-        findings += _per_table(sink, conn)
-        findings += _unacked(sink, conn, staged)
-        waiting = sink.parts.outbox.waiting(conn)
-        in_outbox = sink.parts.outbox.applies(conn)
-        if waiting:
-            batches = sorted({b for _, b in in_outbox})
-            findings.append(
-                Finding(
-                    OUTBOX,
-                    f"{waiting} set-aside row(s) of batch(es) "
-                    f"{', '.join(map(str, batches))} wait in the outbox for the "
-                    "quarantine table",
-                )
+    try:
+        with sink.engine.connect() as conn:
+            findings = _kept(sink, conn, staged)
+    except ProgrammingError as e:
+        if error_code(e) != NO_SUCH_TABLE:
+            raise
+        raise ConfigError(
+            f"{mysql_error(e)}: the sink's tables are missing or older than "
+            "this version; run `wal-sink init-db` (or start the job) first"
+        ) from None
+    return findings + list(_expired(sink))
+
+
+def _kept(
+    sink: SinkInstance, conn: Connection, staged: dict[int, StagedBatch]
+) -> list[Finding]:
+    """The findings of what MySQL keeps."""
+    with conn.begin():
+        acks = sink.acks.locked(conn, min(staged), max(staged)) if staged else {}
+    whole = set(sink.acks.set_aside(conn))
+    findings = list(_ack_counts(sink, staged, acks, whole))
+    findings += _per_table(sink, conn)
+    findings += _unacked(sink, conn, staged)
+    waiting = sink.parts.outbox.waiting(conn)
+    in_outbox = sink.parts.outbox.applies(conn)
+    if waiting:
+        batches = sorted({b for _, b in in_outbox})
+        findings.append(
+            Finding(
+                OUTBOX,
+                f"{waiting} set-aside row(s) of batch(es) "
+                f"{', '.join(map(str, batches))} wait in the outbox for the "
+                "quarantine table",
             )
-        findings += _quarantine(sink, conn, acks, in_outbox)
-        findings += _resurrected(sink, conn)
-    findings += _expired(sink)
+        )
+    findings += _quarantine(sink, conn, acks, in_outbox)
+    findings += _resurrected(sink, conn)
     return findings
 
 
