@@ -1,8 +1,10 @@
-"""Durations as users write them in config and on the command line ("10 seconds")."""
+"""Durations as users write them in config and on the command line ("10 seconds"),
+and the clock they are measured against."""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 
 _UNITS = {
     "ms": 0.001,
@@ -40,3 +42,9 @@ def parse_duration(text: str) -> float:
             f"{text!r} is not a duration; write a number and a unit, e.g. '10 seconds'"
         )
     return float(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def utc_now() -> datetime:
+    """Now, in UTC, naive: as the sink's MySQL sessions (time_zone UTC) and its
+    DATETIME columns of times take it."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)

@@ -18,6 +18,7 @@ from tests.helpers import open_reasons
 from wal_sink.cli.render import status_table
 from wal_sink.config import config_from_dict
 from wal_sink.errors import ConfigError
+from wal_sink.ops.purge import run_purge, select_purge
 from wal_sink.ops.quarantine_retry import plan_retry, run_retry
 from wal_sink.ops.status import collect_status
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -442,3 +443,113 @@ def test_an_events_table_made_before_its_settings_takes_the_sinks(db, fresh, con
     assert history(db) == [(1, "a", 2, 2, 1, None)]
     with pytest.raises(ConfigError, match="kept with other settings"):
         apply(config("h", ["k"], **settings), SCHEMA, [up(1, "a", 3, 3)], first=2)
+
+
+# -- history_retention: events folded into floors ----------------------------------
+
+RETAINED = dict(cdc=CDC, version_column="v", stored_as_scd_type=2)
+
+
+def purge(cfg, dry_run=False) -> list:
+    sink = SinkInstance(cfg)
+    try:
+        return run_purge(sink, select_purge(sink, dry_run=dry_run)).folded
+    finally:
+        sink.close()
+
+
+def age(db, hours: int = 2) -> None:
+    """Every event so far applied ``hours`` ago."""
+    db.execute(
+        "UPDATE h_events SET _wal_applied_at = "
+        f"UTC_TIMESTAMP(6) - INTERVAL {hours} HOUR WHERE _wal_applied_by <> 'floor'"
+    )
+
+
+def events(db) -> list[tuple]:
+    return db.rows("SELECT k, _wal_sequence, _wal_op FROM h_events ORDER BY 1, 2")
+
+
+def test_purge_folds_old_events_into_floors_and_the_history_stays(db, fresh, config):
+    """Key 1's events up to 5 and key 2's (deleted) become one floor each; the
+    event applied since stays; the rows are not touched. Dry, only counted."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], history_retention="1 hour", **RETAINED)
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1), up(1, "b", 1, 3), up(2, "z", 1, 1)])
+    apply(cfg, SCHEMA, [up(1, "c", 1, 5), gone(2, 2)], first=1)
+    age(db)
+    apply(cfg, SCHEMA, [up(1, "d", 1, 7)], first=2)
+    before = history(db)
+    dry = purge(cfg, dry_run=True)
+    assert [(f.keys, f.events) for f in dry] == [(2, 5)]
+    assert len(events(db)) == 6
+    assert [(f.keys, f.events) for f in purge(cfg)] == [(2, 5)]
+    assert events(db) == [(1, 5, "O"), (1, 7, "U"), (2, 2, "C")]
+    assert history(db) == before
+    assert [(f.keys, f.events) for f in purge(cfg)] == [(0, 0)], "nothing old left"
+    apply(cfg, SCHEMA, [up(1, "e", 1, 6)], first=3)  # late, above the floor
+    assert history(db) == [
+        *before[:2],
+        (1, "c", 1, 5, 5, 6),
+        (1, "e", 1, 6, 6, 7),
+        *before[3:],
+    ]
+
+
+def test_an_event_above_a_floor_splits_with_the_values_the_floor_kept(
+    db, fresh, config
+):
+    """n untracked: 3 updated key 1's record in place, 6 again after the fold. A
+    late 5 splits the record: before it, the values as of the floor (n 2, v 3),
+    not the row's (n 3, v 6). Events at (3) and below (2) the floor are set aside."""
+    fresh(TABLE)
+    cfg = config(
+        "h",
+        ["k"],
+        history_retention="1 hour",
+        track_history_except_column_list=["n"],
+        **RETAINED,
+    )
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1), up(1, "a", 2, 3)])
+    age(db)
+    purge(cfg)
+    apply(cfg, SCHEMA, [up(1, "a", 3, 6)], first=1)
+    assert history(db) == [(1, "a", 3, 6, 1, None)]
+    apply(cfg, SCHEMA, [up(1, "b", 5, 5), up(1, "x", 0, 2), up(1, "y", 0, 3)], first=2)
+    assert history(db) == [
+        (1, "a", 2, 3, 1, 5),
+        (1, "b", 5, 5, 5, 6),
+        (1, "a", 3, 6, 6, None),
+    ]
+    assert [r.split(":")[0] for r in open_reasons(cfg)] == [
+        "at or below its key's floor 3",
+        "at or below its key's floor 3",
+    ]
+    assert acks(db)[-1] == (2, 1, 0, 0, 2)
+
+
+def test_a_key_deleted_before_its_floor_opens_a_new_record(db, fresh, config):
+    """The floor keeps no record open: the next upsert opens one, the closed rows
+    stay; a delete below the floor is set aside too."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], history_retention="1 hour", **RETAINED)
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1), gone(1, 2)])
+    age(db)
+    purge(cfg)
+    apply(cfg, SCHEMA, [up(1, "b", 1, 4), gone(1, 1)], first=1)
+    assert history(db) == [(1, "a", 1, 1, 1, 2), (1, "b", 1, 4, 4, None)]
+    assert len(open_reasons(cfg)) == 1
+
+
+def test_every_event_is_kept_without_a_retention(db, fresh, config):
+    fresh(TABLE)
+    cfg = config("h", ["k"], **RETAINED)
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1), up(1, "b", 1, 3)])
+    age(db, hours=10_000)
+    assert purge(cfg) == []
+    assert len(events(db)) == 2
+
+
+def test_a_retention_is_refused_without_a_history(db, config):
+    with pytest.raises(Exception, match="history_retention need"):
+        config("h", ["k"], version_column="v", history_retention="1 hour")

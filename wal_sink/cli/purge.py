@@ -132,6 +132,12 @@ def show_report(report: PurgeReport, dry_run: bool, tombstone_retention: str) ->
             f"{'would remove' if dry_run else 'removed'} {report.tombstones} "
             f"tombstone(s) older than {tombstone_retention}"
         )
+    for folded in report.folded:
+        out.print(
+            f"{'would fold' if dry_run else 'folded'} {folded.events} event(s) of "
+            f"{folded.keys} key(s) of history {folded.table} older than its "
+            "history_retention"
+        )
     if report.retry_rows is not None:
         out.print(f"dropped {report.retry_rows} retry row(s) of removed entries")
     if report.ack_rows is not None:

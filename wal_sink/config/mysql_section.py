@@ -23,6 +23,7 @@ from wal_sink.config.table_section import (
 )
 from wal_sink.config.values import (
     SECTION,
+    DurationText,
     Identifier,
     Location,
     Positive,
@@ -60,6 +61,10 @@ class MysqlConfig:
     """Type 2: the columns whose change opens a new version (default: all)."""
     track_history_except_column_list: tuple[Identifier, ...] = ()
     """Type 2: the columns whose change does not open a new version."""
+    history_retention: DurationText | None = None
+    """Type 2: how long purge keeps each event before folding it into its key's
+    floor; an event older than its key's floor is then set aside (default: every
+    event kept)."""
     unique_conflicts: Conflicts = "refuse"
     """Another unique index the stream writes: refuse to start, or set aside records
     that would reach another row through it."""
@@ -140,6 +145,7 @@ class MysqlConfig:
                     self.stored_as_scd_type,
                     self.track_history_column_list,
                     self.track_history_except_column_list,
+                    self.history_retention,
                 ),
             )
         return tuple(
@@ -158,6 +164,7 @@ class MysqlConfig:
                 t.stored_as_scd_type,
                 t.track_history_column_list,
                 t.track_history_except_column_list,
+                t.history_retention,
             )
             for name, t in self.tables.items()
         )
@@ -192,6 +199,7 @@ class MysqlConfig:
                     "track_history_except_column_list",
                     self.track_history_except_column_list,
                 ),
+                ("history_retention", self.history_retention),
             )
             if v
         }

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic.dataclasses import dataclass
 
-from wal_sink.config.values import SECTION, Identifier, Text
+from wal_sink.config.values import SECTION, DurationText, Identifier, Text
 from wal_sink.merge.modes import DEFAULT, MODES, MergeMode
 
 TOMBSTONE_SUFFIX = "_tombstones"
@@ -64,6 +64,10 @@ class TableConfig:
     """Type 2: the columns whose change opens a new version (default: all)."""
     track_history_except_column_list: tuple[Identifier, ...] = ()
     """Type 2: the columns whose change does not open a new version."""
+    history_retention: DurationText | None = None
+    """Type 2: how long purge keeps each event before folding it into its key's
+    floor; an event older than its key's floor is then set aside (default: every
+    event kept)."""
 
     @model_validator(mode="after")
     def _policies(self) -> TableConfig:
@@ -82,6 +86,7 @@ class HistorySettings(Protocol):
     stored_as_scd_type: int
     track_history_column_list: tuple[str, ...] | None
     track_history_except_column_list: tuple[str, ...]
+    history_retention: str | None
 
 
 def check_history(settings: HistorySettings, where: str) -> None:
@@ -91,10 +96,11 @@ def check_history(settings: HistorySettings, where: str) -> None:
     tracked = settings.track_history_column_list
     untracked = settings.track_history_except_column_list
     if settings.stored_as_scd_type == 1:
-        if tracked is not None or untracked:
+        if tracked is not None or untracked or settings.history_retention:
             raise ValueError(
-                f"{where}track_history_column_list and "
-                "track_history_except_column_list need stored_as_scd_type = 2"
+                f"{where}track_history_column_list, "
+                f"track_history_except_column_list and history_retention need "
+                "stored_as_scd_type = 2"
             )
         return
     if not settings.version_column:
@@ -185,6 +191,8 @@ class Target:
     """Type 2: the columns whose change opens a version (None: every one but…)."""
     untracked: tuple[str, ...] = ()
     """Type 2: the columns whose change does not open a version."""
+    history_retention: str | None = None
+    """Type 2: how long purge keeps events (None: every one)."""
 
     def tracks(self, column: str) -> bool:
         """Type 2: whether a change of ``column`` opens a new version (the

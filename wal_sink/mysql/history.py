@@ -7,9 +7,10 @@ every event applied, from which each touched key's history is computed again
 The events table (``<table>_events``) is made at start with ``CREATE TABLE …
 SELECT`` from the history table, so its key and data columns have the history's
 types and collations, plus ``_wal_sequence`` (of ``__START_AT``'s type), ``_wal_op``
-(``U`` or ``D``) and ``_wal_applied_by`` (the chunk that applied the event,
-indexed: the chunk finds its events by it); its primary key is (key,
-``_wal_sequence``), as the history's is (key,
+(``U`` or ``D``; ``O`` or ``C`` for a key's floor), ``_wal_applied_by`` (the
+chunk that applied the event and its row in it, indexed: the chunk finds its
+events by it) and ``_wal_applied_at`` (UTC, for ``history_retention``); its
+primary key is (key, ``_wal_sequence``), as the history's is (key,
 ``__START_AT``), so it fits wherever the history's key fits: an event seen again
 is one row, and a delete replaces an upsert at its sequence (the delete wins
 there, merge/history.py). Columns the history gains later are added at the next
@@ -21,7 +22,16 @@ from __future__ import annotations
 import hashlib
 from functools import partial
 
-from sqlalchemy import Connection, Engine, Table, and_, func, literal_column, text
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    and_,
+    func,
+    literal_column,
+    or_,
+    text,
+)
 from sqlalchemy import inspect as inspect_db
 from sqlalchemy.dialects.mysql import Insert, insert
 
@@ -36,7 +46,13 @@ EVENTS_SUFFIX = "_events"
 SEQUENCE = "_wal_sequence"
 OP = "_wal_op"
 APPLIED_BY = "_wal_applied_by"
+APPLIED_AT = "_wal_applied_at"
 UPSERT, DELETE = "U", "D"
+FLOOR_OPEN, FLOOR_CLOSED = "O", "C"
+"""A key's floor (history_retention): its events up to the floor's sequence
+folded into one row, the record open there (its values) or none."""
+FLOOR = "floor"
+"""The ``_wal_applied_by`` of every floor."""
 COMMENT = "wal_sink events of {}"
 SETTINGS = "; settings "
 
@@ -47,18 +63,27 @@ def events_table(target: Target) -> str:
 
 def events_upsert(events: Table) -> Insert:
     """The INSERT of events: one seen again changes nothing; a delete replaces an
-    upsert at its sequence (left to right: the op last, as MySQL sees earlier
-    results). Literals, not parameters: executemany sends one set per row."""
+    upsert at its sequence; one at a floor's sequence marks the floor as its own
+    (the chunk sets it aside: what was folded cannot be told apart). Left to
+    right: the op last, as MySQL sees earlier results. Literals, not parameters:
+    executemany sends one set per row."""
     stmt = insert(events)
     replaces = and_(
         stmt.inserted[OP] == literal_column(f"'{DELETE}'"),
         events.c[OP] == literal_column(f"'{UPSERT}'"),
     )
+    floor = events.c[OP].in_(
+        [literal_column(f"'{FLOOR_OPEN}'"), literal_column(f"'{FLOOR_CLOSED}'")]
+    )
     return stmt.on_duplicate_key_update(
         [
             (
                 APPLIED_BY,
-                func.if_(replaces, stmt.inserted[APPLIED_BY], events.c[APPLIED_BY]),
+                func.if_(
+                    or_(replaces, floor),
+                    stmt.inserted[APPLIED_BY],
+                    events.c[APPLIED_BY],
+                ),
             ),
             (OP, func.if_(replaces, stmt.inserted[OP], events.c[OP])),
         ]
@@ -102,7 +127,7 @@ def ensure_events(engine: Engine, target: Target) -> None:
             conn.execute(
                 text(
                     f"CREATE TABLE {quote(name)} ({OP} CHAR(1) NOT NULL, "
-                    f"{APPLIED_BY} CHAR(32) NOT NULL, "
+                    f"{APPLIED_BY} CHAR(32) NOT NULL, {APPLIED_AT} DATETIME(6) NULL, "
                     f"PRIMARY KEY ({keys}, {SEQUENCE}), KEY ({APPLIED_BY})) "
                     "ENGINE=InnoDB "
                     f"COMMENT='{COMMENT.format(target.table)}{settings}' SELECT "
@@ -118,6 +143,15 @@ def ensure_events(engine: Engine, target: Target) -> None:
             i["column_names"][:1] == [APPLIED_BY] for i in inspector.get_indexes(name)
         ):  # an events table made before the index
             conn.execute(text(f"ALTER TABLE {quote(name)} ADD KEY ({APPLIED_BY})"))
+        if APPLIED_AT not in {c["name"] for c in inspector.get_columns(name)}:
+            # made before the time was kept: its events count as older than any
+            # retention
+            conn.execute(
+                text(
+                    f"ALTER TABLE {quote(name)} ADD COLUMN {APPLIED_AT} "
+                    "DATETIME(6) NULL"
+                )
+            )
         keyed = {k.lower() for k in target.key}
         have = _definitions(conn, name)
         wanted = _definitions(conn, target.table)

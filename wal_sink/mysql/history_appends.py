@@ -13,7 +13,8 @@ no row of. Their result is the one merge/history.py's function gives:
 Every other key the chunk touched (several new events, a late event, a delete, a
 key whose earlier events left no open record) is returned, to be computed in
 Python from all its events (protocol/history_rows.py). The events of the chunk are
-found by their ``_wal_applied_by`` token (indexed), so no list of keys is sent.
+found by the token their ``_wal_applied_by`` starts with (indexed), so no list of
+keys is sent. A key's floor (mysql/history_floors.py) counts as one of its events.
 
 Equality is Python's, as the function compares values read back: text byte for
 byte (``BINARY``, trailing spaces count), others by value. A tracked FLOAT column
@@ -77,7 +78,7 @@ class HistoryAppends:
         earlier = later.replace(">", "<")
         rows = f"EXISTS (SELECT 1 FROM {h_name} a WHERE {same_key('a', 'e')})"
         open_before = f"h.{end} IS NULL AND h.{start} < e.{seq}"
-        new_upsert = f"e.{by} = :token AND e.{op} = '{UPSERT}'"
+        new_upsert = f"e.{by} LIKE :token AND e.{op} = '{UPSERT}'"
         same = " AND ".join(equal(history.c[c].name) for c in tracked) or "TRUE"
         # the key's newest event after others (several new events of one key in
         # the chunk: the earlier ones are left, and so the key: the whole
@@ -87,7 +88,7 @@ class HistoryAppends:
         self.usable = not any(isinstance(history.c[c].type, FLOAT) for c in tracked)
         self._left = text(
             f"SELECT DISTINCT {', '.join(f'e.{k}' for k in keys)} FROM {e_name} e "
-            f"WHERE e.{by} = :token AND NOT (e.{op} = '{UPSERT}' AND (({follows} "
+            f"WHERE e.{by} LIKE :token AND NOT (e.{op} = '{UPSERT}' AND (({follows} "
             f"AND EXISTS (SELECT 1 FROM {h_name} h WHERE {same_key('h', 'e')} AND "
             f"{open_before})) OR ({first})))"
         )
@@ -110,7 +111,7 @@ class HistoryAppends:
             + f" WHERE {new_upsert} AND {follows}"
         )
         self._counts = text(
-            f"SELECT {op}, COUNT(*) FROM {e_name} WHERE {by} = :token GROUP BY {op}"
+            f"SELECT {op}, COUNT(*) FROM {e_name} WHERE {by} LIKE :token GROUP BY {op}"
         )
 
     def apply(
@@ -119,7 +120,7 @@ class HistoryAppends:
         """Write the histories of the chunk ``token`` added whose events append;
         return the other keys it touched (for the Python path) and how many
         events of each op the chunk added."""
-        args = {"token": token}
+        args = {"token": f"{token}%"}  # each event: the token and its row
         left = [tuple(r) for r in conn.execute(self._left, args)]
         conn.execute(self._insert, args)
         conn.execute(self._update, args)

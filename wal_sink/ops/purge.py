@@ -14,7 +14,8 @@ purged batches, which is harmless), and the newest ack row always stays: recover
 and the checkpoint check (I7) start from it.
 
 ``wal-sink purge`` selects first (``select_purge``: reads only, after claiming the
-tables), then runs in this order (``run_purge``): tombstones, quarantine entries
+tables), then runs in this order (``run_purge``): tombstones, history events
+older than ``history_retention`` (history_fold.py), quarantine entries
 (quarantine_purge.py), batches and their ack rows, vacuum.
 """
 
@@ -22,14 +23,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 from wal_sink.config import Target, WalConfig
 from wal_sink.config.spelling import Spelling
-from wal_sink.durations import parse_duration
+from wal_sink.durations import parse_duration, utc_now
 from wal_sink.errors import ConfigError
 from wal_sink.mysql.tombstones import Tombstones
+from wal_sink.ops.history_fold import Folded, fold_histories
 from wal_sink.ops.quarantine_entries import ROW, ListedEntry, list_entries
 from wal_sink.ops.quarantine_purge import (
     QuarantinePurgePlan,
@@ -78,6 +80,8 @@ class PurgeReport:
     """Ack rows of purged batches dropped; None when no batch went."""
     vacuum: VacuumResult | None
     """Files vacuum freed (counted, dry); None without a vacuum."""
+    folded: list[Folded]
+    """Each history with a history_retention: the events folded (counted, dry)."""
 
 
 def select_purge(
@@ -118,6 +122,7 @@ def run_purge(sink: SinkInstance, purge: Purge) -> PurgeReport:
     vacuum would free): tombstones, quarantine entries, batches, vacuum."""
     dry_run = purge.dry_run
     tombstones = expire_tombstones(sink, dry_run)
+    folded = fold_histories(sink, dry_run)
     retry_rows = ack_rows = vacuumed = None
     if not dry_run and purge.quarantine.entries:
         retry_rows = execute_quarantine_purge(sink, purge.quarantine)
@@ -133,7 +138,7 @@ def run_purge(sink: SinkInstance, purge: Purge) -> PurgeReport:
                 sink_id=sink.sink_id,
                 dry_run=dry_run,
             )
-    return PurgeReport(tombstones, retry_rows, ack_rows, vacuumed)
+    return PurgeReport(tombstones, retry_rows, ack_rows, vacuumed, folded)
 
 
 def plan_purge(
@@ -152,9 +157,7 @@ def plan_purge(
     if before is not None:
         selected = [b for b in staged if b < before]
     else:
-        cutoff = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(
-            seconds=older_than
-        )
+        cutoff = utc_now() - timedelta(seconds=older_than)
         selected = [b for b in staged if b in acks and acks[b] < cutoff]
     remove = tuple(b for b in selected if b in acks)
     return PurgePlan(

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, astuple, dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import ProgrammingError
 
+from wal_sink.durations import utc_now
 from wal_sink.mysql.acks import AckSummary, TableCounts
 from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.history import events_table
@@ -116,7 +116,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         kept, by_table, events = {}, {}, {}
         retries = RetryCounts(0, 0)
     quarantine = QuarantineCounts(sink.quarantine.count(), *astuple(retries))
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     last_at = acks.last_commit_at if acks else None
     last = acks.last if acks else None
     waited = [

@@ -2,7 +2,7 @@
 INSERTs rendered column by column (mysql/multi_row.py) instead of a Python dict per
 row: the same rows protocol/history_rows.py builds one by one — the written
 columns, for a ``[cdc]`` delete its key only, the version as ``_wal_sequence``,
-the op and the chunk's token.
+the op, the chunk's token with the row's number, and the time (naive UTC).
 
 Only a chunk in which every record becomes an event is built here (no NULL key or
 version, no NULL an upsert would send to a NOT NULL column); any other takes the
@@ -12,12 +12,21 @@ row-by-row way, which sets the rest aside one by one.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from wal_sink.config import CdcConfig
-from wal_sink.mysql.history import APPLIED_BY, DELETE, OP, SEQUENCE, UPSERT
+from wal_sink.mysql.history import (
+    APPLIED_AT,
+    APPLIED_BY,
+    DELETE,
+    OP,
+    SEQUENCE,
+    UPSERT,
+)
+from wal_sink.mysql.history_floors import row_token
 
 
 def arrow_events(
@@ -28,16 +37,19 @@ def arrow_events(
     cdc: CdcConfig | None,
     required: Collection[str],
     token: str,
+    now: datetime,
 ) -> pa.RecordBatch | None:
     """The events of ``chunk``, or None when a record of it would not become one
     (or its op column is not text, which the row-by-row way compares as sent)."""
     rows = chunk.num_rows
     names = chunk.schema.names
+    if not rows:
+        return None  # every record set aside before (the screen)
     if version_column not in names or chunk.column(version_column).null_count:
         return None
     if any(k not in names or chunk.column(k).null_count for k in key):
         return None
-    deletes = pa.array([False] * rows)
+    deletes = pa.array([False] * rows, pa.bool_())
     if cdc is not None and cdc.op_column in names:
         op = chunk.column(cdc.op_column)
         if not pa.types.is_string(op.type):
@@ -60,5 +72,8 @@ def arrow_events(
     }
     columns[SEQUENCE] = chunk.column(version_column)
     columns[OP] = pc.if_else(deletes, DELETE, UPSERT)
-    columns[APPLIED_BY] = pa.array([token] * rows, pa.string())
+    columns[APPLIED_BY] = pa.array(
+        [row_token(token, i) for i in range(rows)], pa.string()
+    )
+    columns[APPLIED_AT] = pa.array([now] * rows, pa.timestamp("us"))
     return pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -34,10 +35,12 @@ from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
 from wal_sink.config import Config, Target
 from wal_sink.config.table_section import START_AT
+from wal_sink.durations import utc_now
 from wal_sink.errors import TerminalError
 from wal_sink.mysql.errors import is_row_error
 from wal_sink.mysql.escaping import renders_exactly
 from wal_sink.mysql.history import (
+    APPLIED_AT,
     APPLIED_BY,
     DELETE,
     OP,
@@ -47,6 +50,7 @@ from wal_sink.mysql.history import (
     events_upsert,
 )
 from wal_sink.mysql.history_appends import HistoryAppends
+from wal_sink.mysql.history_floors import TOKEN_DIGITS, Floors, row_token
 from wal_sink.mysql.multi_row import MultiRowUpsert
 from wal_sink.mysql.target import reflect_target
 from wal_sink.mysql.value_fit import say_warnings
@@ -85,6 +89,7 @@ class HistoryApplier:
         """The set-based statements, by the columns a chunk writes."""
         self._multi: dict[tuple[str, ...], MultiRowUpsert | None] = {}
         """The events' multi-row INSERT, by the columns it sends."""
+        self._floors: Floors | None = None
 
     def refresh(self) -> None:
         """Forget the reflected tables (their DDL changed them)."""
@@ -92,6 +97,7 @@ class HistoryApplier:
         self._checked.clear()
         self._appends.clear()
         self._multi.clear()
+        self._floors = None
 
     def close(self) -> None:
         """Nothing to end: no thread of its own."""
@@ -239,14 +245,15 @@ class HistoryApplier:
         """Add the events (each MySQL refuses set aside), then write the histories
         of their keys; a history MySQL refuses raises. The events carry a token of
         this call (not of the chunk: a call MySQL refused was rolled back, and the
-        token counts what the chunk added)."""
+        token counts what the chunk added) and their row's number in it."""
         events = self.events(conn)
-        token = uuid.uuid4().hex
-        for event in params:
-            event[APPLIED_BY] = token
+        token = uuid.uuid4().hex[:TOKEN_DIGITS]
+        now = utc_now()
+        for i, event in enumerate(params):
+            event[APPLIED_BY] = row_token(token, i)
+            event[APPLIED_AT] = now
         bad: list[Entry] = []
-        stmt = events_upsert(events)
-        isolating(conn, stmt, params, bad)
+        isolating(conn, events_upsert(events), params, bad)
         refused_ids = {id(e.record) for e in bad}
         keys = {
             tuple(e[k] for k in self.mysql.key)
@@ -256,8 +263,9 @@ class HistoryApplier:
         set_aside = [Entry(recorded[id(e.record)], e.reason) for e in bad]
         if not keys:
             return AppliedRows(set_aside=set_aside)
-        new = self._histories(conn, written, token, lambda: keys)
-        repeated = len(params) - len(bad) - sum(new.values())
+        new, floored = self._histories(conn, written, token, lambda: keys)
+        set_aside += [Entry(recorded[id(params[i])], reason) for i, reason in floored]
+        repeated = len(params) - len(set_aside) - sum(new.values())
         return AppliedRows(new[UPSERT], new[DELETE], repeated, set_aside)
 
     def _by_arrow(
@@ -268,7 +276,7 @@ class HistoryApplier:
         nothing written, when a record would not become an event or MySQL refuses
         one: the row-by-row way then finds which."""
         events, mysql = self.events(conn), self.mysql
-        token = uuid.uuid4().hex
+        token = uuid.uuid4().hex[:TOKEN_DIGITS]
         batch = arrow_events(
             chunk,
             written,
@@ -277,6 +285,7 @@ class HistoryApplier:
             self.config.cdc,
             self._required,
             token,
+            utc_now(),
         )
         if batch is None:
             return None
@@ -291,7 +300,7 @@ class HistoryApplier:
         savepoint = conn.begin_nested()
         try:
             multi.apply(conn, batch)
-            new = self._histories(
+            new, floored = self._histories(
                 conn,
                 written,
                 token,
@@ -303,7 +312,11 @@ class HistoryApplier:
             savepoint.rollback()
             return None
         savepoint.commit()
-        return AppliedRows(new[UPSERT], new[DELETE], batch.num_rows - sum(new.values()))
+        set_aside = [
+            Entry(python_rows(chunk.slice(i, 1))[0], reason) for i, reason in floored
+        ]
+        repeated = batch.num_rows - len(set_aside) - sum(new.values())
+        return AppliedRows(new[UPSERT], new[DELETE], repeated, set_aside)
 
     def _histories(
         self,
@@ -311,34 +324,30 @@ class HistoryApplier:
         written: list[str],
         token: str,
         keys: Callable[[], Iterable[tuple[Any, ...]]],
-    ) -> dict[str, int]:
+    ) -> tuple[dict[str, int], list[tuple[int, str]]]:
         """Write the histories of the keys whose events ``token`` added (``keys``)
         and count those events by op: set-based where they append
-        (mysql/history_appends.py), the rest computed here."""
+        (mysql/history_appends.py), the rest computed here. Events at or below
+        their key's floor are set aside first: returned by row, with the reason."""
         events = self.events(conn)
+        floored = [
+            (row, f"at or below its key's floor {floor!r}: history_retention "
+             "folded the key's events up to it")
+            for row, floor in self._floors_for(conn, events).set_aside(conn, token)
+        ]  # fmt: skip
+        computed = partial(rewrite, conn, self.mysql, self.target(), events)
         appends = self._appends_for(conn, events, written)
         if appends.usable:
             left, new = appends.apply(conn, token)
             if left:
-                rewrite(
-                    conn,
-                    self.mysql,
-                    self.target(),
-                    events,
-                    sorted(left, key=repr),
-                    written,
-                    token,
-                )
-            return new
-        return rewrite(
-            conn,
-            self.mysql,
-            self.target(),
-            events,
-            sorted(keys(), key=repr),
-            written,
-            token,
-        )
+                computed(sorted(left, key=repr), written, token)
+            return new, floored
+        return computed(sorted(keys(), key=repr), written, token), floored
+
+    def _floors_for(self, conn: Connection, events: Table) -> Floors:
+        if self._floors is None:
+            self._floors = Floors(conn, events, self.mysql.key)
+        return self._floors
 
     def _appends_for(
         self, conn: Connection, events: Table, written: list[str]
