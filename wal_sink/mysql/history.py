@@ -51,6 +51,10 @@ UPSERT, DELETE = "U", "D"
 FLOOR_OPEN, FLOOR_CLOSED = "O", "C"
 """A key's floor (history_retention): its events up to the floor's sequence
 folded into one row, the record open there (its values) or none."""
+TOKEN_INDEX = "_wal_applied_by"
+"""The index of events by op and token: the statements that find a chunk's
+events (ops U and D) or the floors (O and C) name it, so a growing table is never
+scanned for a chunk."""
 FLOOR = "floor"
 """The ``_wal_applied_by`` of every floor."""
 COMMENT = "wal_sink events of {}"
@@ -128,7 +132,8 @@ def ensure_events(engine: Engine, target: Target) -> None:
                 text(
                     f"CREATE TABLE {quote(name)} ({OP} CHAR(1) NOT NULL, "
                     f"{APPLIED_BY} CHAR(32) NOT NULL, {APPLIED_AT} DATETIME(6) NULL, "
-                    f"PRIMARY KEY ({keys}, {SEQUENCE}), KEY ({APPLIED_BY})) "
+                    f"PRIMARY KEY ({keys}, {SEQUENCE}), KEY {TOKEN_INDEX} "
+                    f"({OP}, {APPLIED_BY})) "
                     "ENGINE=InnoDB "
                     f"COMMENT='{COMMENT.format(target.table)}{settings}' SELECT "
                     + ", ".join(quote(c) for c in data)
@@ -139,10 +144,15 @@ def ensure_events(engine: Engine, target: Target) -> None:
         else:
             _check_settings(conn, target, name, settings)
         _refuse_foreign_rows(conn, target, name)
-        if not any(
-            i["column_names"][:1] == [APPLIED_BY] for i in inspector.get_indexes(name)
-        ):  # an events table made before the index
-            conn.execute(text(f"ALTER TABLE {quote(name)} ADD KEY ({APPLIED_BY})"))
+        indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes(name)}
+        if indexes.get(TOKEN_INDEX) != [OP, APPLIED_BY]:  # made before the index
+            drop = f"DROP KEY {TOKEN_INDEX}, " if TOKEN_INDEX in indexes else ""
+            conn.execute(
+                text(
+                    f"ALTER TABLE {quote(name)} {drop}ADD KEY {TOKEN_INDEX} "
+                    f"({OP}, {APPLIED_BY})"
+                )
+            )
         if APPLIED_AT not in {c["name"] for c in inspector.get_columns(name)}:
             # made before the time was kept: its events count as older than any
             # retention

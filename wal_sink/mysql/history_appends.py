@@ -33,7 +33,14 @@ from sqlalchemy.dialects.mysql import FLOAT
 from sqlalchemy.types import String
 
 from wal_sink.config.table_section import END_AT, START_AT
-from wal_sink.mysql.history import APPLIED_BY, DELETE, OP, SEQUENCE, UPSERT
+from wal_sink.mysql.history import (
+    APPLIED_BY,
+    DELETE,
+    OP,
+    SEQUENCE,
+    TOKEN_INDEX,
+    UPSERT,
+)
 from wal_sink.mysql.identifiers import quoted
 
 
@@ -57,6 +64,7 @@ class HistoryAppends:
         seq, op, by = q(SEQUENCE), q(OP), q(APPLIED_BY)
         start, end = q(START_AT), q(END_AT)
         h_name, e_name = q(history.name), q(events.name)
+        by_token = f"{e_name} e FORCE INDEX ({TOKEN_INDEX})"
 
         def same_key(a: str, b: str) -> str:
             return " AND ".join(f"{a}.{k} = {b}.{k}" for k in keys)
@@ -75,20 +83,22 @@ class HistoryAppends:
             f"EXISTS (SELECT 1 FROM {e_name} o WHERE {same_key('o', 'e')} AND "
             f"o.{seq} > e.{seq})"
         )
-        earlier = later.replace(">", "<")
+        others = later.replace(">", "<>")
         rows = f"EXISTS (SELECT 1 FROM {h_name} a WHERE {same_key('a', 'e')})"
+        # the record open since before s: events before s made it
         open_before = f"h.{end} IS NULL AND h.{start} < e.{seq}"
-        new_upsert = f"e.{by} LIKE :token AND e.{op} = '{UPSERT}'"
+        new_upsert = f"e.{op} = '{UPSERT}' AND e.{by} LIKE :token"
+        new = f"e.{op} IN ('{UPSERT}', '{DELETE}') AND e.{by} LIKE :token"
         same = " AND ".join(equal(history.c[c].name) for c in tracked) or "TRUE"
-        # the key's newest event after others (several new events of one key in
-        # the chunk: the earlier ones are left, and so the key: the whole
-        # computation after these statements makes its rows right), or its only one
-        follows = f"NOT {later} AND {earlier}"
-        first = f"NOT {later} AND NOT {earlier} AND NOT {rows}"
+        # the key's newest event (several new events of one key in the chunk: the
+        # earlier ones are left, and so the key: the whole computation after these
+        # statements makes its rows right), or a new key's only one
+        follows = f"NOT {later}"
+        first = f"NOT {others} AND NOT {rows}"
         self.usable = not any(isinstance(history.c[c].type, FLOAT) for c in tracked)
         self._left = text(
-            f"SELECT DISTINCT {', '.join(f'e.{k}' for k in keys)} FROM {e_name} e "
-            f"WHERE e.{by} LIKE :token AND NOT (e.{op} = '{UPSERT}' AND (({follows} "
+            f"SELECT DISTINCT {', '.join(f'e.{k}' for k in keys)} FROM {by_token} "
+            f"WHERE {new} AND NOT (e.{op} = '{UPSERT}' AND (({follows} "
             f"AND EXISTS (SELECT 1 FROM {h_name} h WHERE {same_key('h', 'e')} AND "
             f"{open_before})) OR ({first})))"
         )
@@ -96,7 +106,7 @@ class HistoryAppends:
             f"INSERT INTO {h_name} ({', '.join(q(n) for n in names)}, {start}, {end}) "
             f"SELECT {', '.join(f'COALESCE(h.{k}, e.{k})' for k in keys)}, "
             f"{', '.join(value(c) for c in cols)}{', ' if cols else ''}e.{seq}, NULL "
-            f"FROM {e_name} e LEFT JOIN {h_name} h ON {same_key('h', 'e')} AND "
+            f"FROM {by_token} LEFT JOIN {h_name} h ON {same_key('h', 'e')} AND "
             f"{open_before} WHERE {new_upsert} AND ((h.{start} IS NOT NULL AND "
             f"{follows} AND NOT ({same})) OR (h.{start} IS NULL AND {first}))"
         )
@@ -105,13 +115,13 @@ class HistoryAppends:
         # and after either assignment, so the end is assigned last
         sets = [f"h.{c} = IF({same}, {value(c)}, h.{c})" for c in cols]
         self._update = text(
-            f"UPDATE {h_name} h JOIN {e_name} e ON {same_key('h', 'e')} AND "
+            f"UPDATE {h_name} h JOIN {by_token} ON {same_key('h', 'e')} AND "
             f"{open_before} SET "
             + ", ".join([*sets, f"h.{end} = IF({same}, NULL, e.{seq})"])
             + f" WHERE {new_upsert} AND {follows}"
         )
         self._counts = text(
-            f"SELECT {op}, COUNT(*) FROM {e_name} WHERE {by} LIKE :token GROUP BY {op}"
+            f"SELECT e.{op}, COUNT(*) FROM {by_token} WHERE {new} GROUP BY e.{op}"
         )
 
     def apply(

@@ -20,11 +20,14 @@ from sqlalchemy import Connection, Table, bindparam, text
 
 from wal_sink.mysql.history import (
     APPLIED_BY,
+    DELETE,
     FLOOR,
     FLOOR_CLOSED,
     FLOOR_OPEN,
     OP,
     SEQUENCE,
+    TOKEN_INDEX,
+    UPSERT,
 )
 from wal_sink.mysql.identifiers import quoted
 
@@ -53,27 +56,30 @@ class Floors:
             f"f.{q(events.c[k].name)} = e.{q(events.c[k].name)}" for k in key
         )
         floors = f"'{FLOOR_OPEN}', '{FLOOR_CLOSED}'"
+        indexed = f"{e_name} FORCE INDEX ({TOKEN_INDEX})"
         # an event at a floor's sequence made the floor its own (events_upsert)
         self._any = text(
-            f"SELECT 1 FROM {e_name} WHERE {by} = '{FLOOR}' OR ({by} LIKE :token "
-            f"AND {op} IN ({floors})) LIMIT 1 LOCK IN SHARE MODE"
+            f"SELECT 1 FROM {indexed} WHERE {op} IN ({floors}) AND ({by} = "
+            f"'{FLOOR}' OR {by} LIKE :token) LIMIT 1 LOCK IN SHARE MODE"
         )
         self._at = text(
-            f"SELECT {by}, {seq} FROM {e_name} WHERE {by} LIKE :token AND {op} IN "
-            f"({floors}) FOR UPDATE"
+            f"SELECT {by}, {seq} FROM {indexed} WHERE {op} IN ({floors}) AND {by} "
+            "LIKE :token FOR UPDATE"
         )
         self._restore = text(
-            f"UPDATE {e_name} SET {by} = '{FLOOR}' WHERE {by} LIKE :token AND "
-            f"{op} IN ({floors})"
+            f"UPDATE {e_name} SET {by} = '{FLOOR}' WHERE {op} IN ({floors}) AND "
+            f"{by} LIKE :token"
         )
         self._below = text(
-            f"SELECT e.{by}, f.{seq} FROM {e_name} e JOIN {e_name} f ON {same_key} "
-            f"AND f.{by} = '{FLOOR}' AND f.{seq} > e.{seq} WHERE e.{by} LIKE :token "
-            "FOR UPDATE"
+            f"SELECT e.{by}, f.{seq} FROM {e_name} e FORCE INDEX ({TOKEN_INDEX}) "
+            f"JOIN {e_name} f ON {same_key} AND f.{op} IN ({floors}) AND "
+            f"f.{by} = '{FLOOR}' AND f.{seq} > e.{seq} WHERE e.{op} IN "
+            f"('{UPSERT}', '{DELETE}') AND e.{by} LIKE :token FOR UPDATE"
         )
-        self._remove = text(f"DELETE FROM {e_name} WHERE {by} IN :rows").bindparams(
-            bindparam("rows", expanding=True)
-        )
+        self._remove = text(
+            f"DELETE FROM {e_name} WHERE {op} IN ('{UPSERT}', '{DELETE}') AND {by} "
+            "IN :rows"
+        ).bindparams(bindparam("rows", expanding=True))
 
     def set_aside(self, conn: Connection, token: str) -> list[tuple[int, Any]]:
         """The rows of chunk ``token`` whose events are at or below their key's
