@@ -12,6 +12,9 @@ import pytest
 
 from tests.helpers import apply_staged, documented_user, stage_rows
 from wal_sink.config import config_from_dict
+from wal_sink.errors import ConfigError
+from wal_sink.mysql.engine import make_engine
+from wal_sink.mysql.tables import init_db
 from wal_sink.ops.purge import execute_purge, expire_tombstones, plan_purge
 from wal_sink.ops.quarantine_entries import list_entries
 from wal_sink.ops.quarantine_retry import plan_retry, run_retry
@@ -315,3 +318,19 @@ def test_read_only_commands_need_only_select_on_the_sinks_tables(db, tables, tmp
     finally:
         sink.close()
     assert (status.acked_batches, status.rows_applied, entries) == (1, 40, [])
+
+
+def test_init_db_without_a_grant_on_the_retry_table_says_which(db, tables, tmp_path):
+    """The table exists but this user holds nothing on it (so it cannot see it):
+    one line naming both ways out, not only the upgrade script."""
+    url = documented_user(db, "no_retry_grant")
+    account = "'no_retry_grant'@'127.0.0.1'"
+    db.execute(f"REVOKE ALL PRIVILEGES ON {db.name}.wal_sink_retry FROM {account}")
+    cfg = config(tmp_path, url, table="kpxxb_hzb", key=KEY, merge=ADD)
+    engine = make_engine(cfg.mysql)
+    try:
+        with pytest.raises(ConfigError, match="holds no grant on it") as refused:
+            init_db(engine, cfg.mysql)
+    finally:
+        engine.dispose()
+    assert "sql/grants.sql" in str(refused.value) and "\n" not in str(refused.value)

@@ -186,7 +186,8 @@ def _create_retry_table(engine: Engine, retry: Table) -> None:
         if error_code(e) not in ACCESS_DENIED:
             raise
         raise ConfigError(
-            f"the retry table {retry.name} (added in 0.4) does not exist and this "
-            f"user may not create it ({first_line(e.orig)}): run sql/upgrade_0.4.sql "
-            "as a user allowed to CREATE it"
+            f"the retry table {retry.name} (added in 0.4) is missing or this user "
+            f"holds no grant on it, and may not create it ({first_line(e.orig)}): "
+            "grant the sink's user its privileges on it (sql/grants.sql), or run "
+            "sql/upgrade_0.4.sql as a user allowed to CREATE it"
         ) from None
