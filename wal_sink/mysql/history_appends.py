@@ -91,8 +91,9 @@ class HistoryAppends:
         new = f"e.{op} IN ('{UPSERT}', '{DELETE}') AND e.{by} LIKE :token"
         same = " AND ".join(equal(history.c[c].name) for c in tracked) or "TRUE"
         # the key's newest event (several new events of one key in the chunk: the
-        # earlier ones are left, and so the key: the whole computation after these
-        # statements makes its rows right), or a new key's only one
+        # earlier ones are left, and so the key), or a new key's only one. The two
+        # writes below do not test it again: a key any of whose new events is left
+        # is computed whole after them, which makes all its rows right
         follows = f"NOT {later}"
         first = f"NOT {others} AND NOT {rows}"
         self.usable = not any(isinstance(history.c[c].type, FLOAT) for c in tracked)
@@ -108,7 +109,7 @@ class HistoryAppends:
             f"{', '.join(value(c) for c in cols)}{', ' if cols else ''}e.{seq}, NULL "
             f"FROM {by_token} LEFT JOIN {h_name} h ON {same_key('h', 'e')} AND "
             f"{open_before} WHERE {new_upsert} AND ((h.{start} IS NOT NULL AND "
-            f"{follows} AND NOT ({same})) OR (h.{start} IS NULL AND {first}))"
+            f"NOT ({same})) OR (h.{start} IS NULL AND {first}))"
         )
         # the open record the INSERT above followed ends at s, or takes the
         # upsert's values in place; the tracked columns compare the same before
@@ -118,7 +119,7 @@ class HistoryAppends:
             f"UPDATE {h_name} h JOIN {by_token} ON {same_key('h', 'e')} AND "
             f"{open_before} SET "
             + ", ".join([*sets, f"h.{end} = IF({same}, NULL, e.{seq})"])
-            + f" WHERE {new_upsert} AND {follows}"
+            + f" WHERE {new_upsert}"
         )
         self._counts = text(
             f"SELECT e.{op}, COUNT(*) FROM {by_token} WHERE {new} GROUP BY e.{op}"
