@@ -15,9 +15,9 @@ MVN := MAVEN_OPTS="$$MAVEN_OPTS -Djansi.noreset=true" mvn -B -q -Dstyle.color=ne
   -s .mvn/settings.xml
 STEP := devtools/step
 
-.PHONY: setup venv venv-delta jars mariadb lint docs test test-unit fuzz demo bench clean
+.PHONY: setup venv venv-delta jars mariadb promtool lint docs test test-unit fuzz demo bench clean
 
-setup: venv venv-delta jars mariadb
+setup: venv venv-delta jars mariadb promtool
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -57,6 +57,17 @@ mariadb:
 	  $(STEP) mariadb sh -c '$(SUDO) apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    mariadb-server mariadb-client'
+
+# promtool checks and tests conf/alerts.yml (tests/integration/test_alert_rules.py).
+# When it is not on PATH, only it is taken from Debian's prometheus package into
+# .tools/; the package itself (a service) is never installed.
+promtool:
+	@command -v promtool >/dev/null || [ -x .tools/promtool ] || \
+	  $(STEP) promtool sh -c 'd=$$(mktemp -d) && cd $$d && \
+	    { apt-get download prometheus || { $(SUDO) apt-get update -qq && \
+	      apt-get download prometheus; }; } && dpkg-deb -x prometheus_*.deb x && \
+	    mkdir -p $(CURDIR)/.tools && cp x/usr/bin/promtool $(CURDIR)/.tools/ && \
+	    rm -rf $$d'
 
 lint: venv docs
 	@$(PY) -m ruff check wal_sink pyspark_wal_sink jobs tests bench devtools
@@ -109,4 +120,4 @@ bench: setup
 	$(PY) -m bench.follow_poll
 
 clean:
-	rm -rf $(VENV) $(DELTA_VENV) .jars var .pytest_cache
+	rm -rf $(VENV) $(DELTA_VENV) .jars .tools var .pytest_cache
