@@ -1,6 +1,6 @@
-"""One version: the package's, CHANGELOG.md's newest entry and the sink's tables'
-(the newest upgrade script in sql/) agree, and every version the tables' code
-names has its upgrade script and its entry."""
+"""One version: the package's, CHANGELOG.md's newest entry, the sink's tables'
+(the newest upgrade script in sql/) and the one the docs say this is agree, and
+every version the tables' code names has its upgrade script and its entry."""
 
 from __future__ import annotations
 
@@ -45,3 +45,15 @@ def test_every_tables_version_has_its_upgrade_script_and_changelog_entry():
     named = {minor(version) for _, version in ADDED_ACK_COLUMNS.values()}
     assert named <= scripts, named - scripts
     assert scripts <= entries, scripts - entries
+
+
+def test_the_docs_name_the_packages_version():
+    said = [
+        version
+        for page in sorted((ROOT / "docs").glob("*.md"))
+        for version in re.findall(
+            r"This is wal_sink (\d+\.\d+\.\d+)", page.read_text(encoding="utf-8")
+        )
+    ]
+    assert said, "no page says which version this is"
+    assert set(said) == {wal_sink.__version__}
