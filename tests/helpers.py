@@ -106,7 +106,15 @@ def settle(sink) -> None:
 WAL_SINK = str(Path(sys.executable).with_name("wal-sink"))
 
 
-def cli(config: Path, *args: str, input: str | None = None, env: dict | None = None):
+def cli(
+    config: Path,
+    *args: str,
+    input: str | None = None,
+    env: dict | None = None,
+    new_session: bool = False,
+):
+    """``wal-sink -c config args``; ``new_session``: in a process group of its
+    own, so that a kill fault (faults.py) takes it and not the test."""
     return subprocess.run(
         [WAL_SINK, "-c", str(config), *args],
         capture_output=True,
@@ -115,6 +123,7 @@ def cli(config: Path, *args: str, input: str | None = None, env: dict | None = N
         cwd=REPO,
         timeout=300,
         env={**os.environ, **(env or {})},
+        start_new_session=new_session,
     )
 
 

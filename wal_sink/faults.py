@@ -16,7 +16,8 @@ made), ``stage.after`` (committed), ``commit.before_commit``, ``commit.after_com
 ``wal.read`` (the committer opens a staged file of the batch), ``follow.poll`` (the
 follower reads the next version of the WAL's log; BATCH is that version),
 ``retry.before_commit`` and ``retry.after_commit`` (``wal-sink quarantine retry``'s
-transaction of a batch's entries).
+transaction of a batch's entries), ``repair.before_commit`` (``verify --repair``'s
+transaction of repair BATCH, its rows written and acked).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ POINTS = (
     "retry.before_commit",
     "retry.after_commit",
     "follow.poll",
+    "repair.before_commit",
 )
 
 

@@ -54,6 +54,11 @@ class SinkMetrics:
             "wal_sink_batches_applied",
             "Batches this process applied to MySQL with their ack row.",
         )
+        self.repairs_applied = counter(
+            "wal_sink_repairs_applied",
+            "Repairs (verify --against --repair) this process applied to MySQL with "
+            "their ack row.",
+        )
         by_table = {"labelnames": ("sink", "table"), "registry": self.registry}
         self.rows_applied = Counter(
             "wal_sink_rows_applied", "Rows upserted into a target table.", **by_table

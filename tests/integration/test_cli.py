@@ -47,6 +47,8 @@ STATUS_KEYS = {
     "quarantine_open",
     "quarantine_retried",
     "quarantine_failed",
+    "repairs_applied",
+    "repairs_pending",
     "wal_path",
     "wal_exists",
     "staged_batches",

@@ -71,6 +71,21 @@ def status_table(st: SinkStatus) -> RichTable:
                 else ""
             ),
         ),
+        *(
+            [
+                (
+                    "repairs",
+                    f"{st.repairs_applied} applied"
+                    + (
+                        f", {ids(tuple(st.repairs_pending))} staged, not applied"
+                        if st.repairs_pending
+                        else ""
+                    ),
+                )
+            ]
+            if st.repairs_applied or st.repairs_pending
+            else []
+        ),
         (
             "WAL size",
             f"{st.wal_rows} rows, {st.wal_files} files, {size(st.wal_bytes)}",

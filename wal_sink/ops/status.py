@@ -18,6 +18,7 @@ from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.history import events_table
 from wal_sink.mysql.retry_state import RetryCounts
 from wal_sink.mysql.tombstones import Tombstones
+from wal_sink.ops.verify_repair import RepairCounts, Repairs
 from wal_sink.protocol.quarantine_counts import QuarantineCounts
 from wal_sink.protocol.recovery import unacked_batches
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -77,6 +78,11 @@ class SinkStatus:
     lease_epoch: int | None = None
     lease_holder: str | None = None
     lease_acquired_at: str | None = None
+    repairs_applied: int = 0
+    """Repairs (``verify --against --repair``) applied with their ack."""
+    repairs_pending: list[int] = field(default_factory=list)
+    """Repairs staged and not applied (stopped half-way): the next repair applies
+    them first."""
     tables: dict[str, dict[str, int | None]] = field(default_factory=dict)
     """Per target table (always one at least): rows applied, deleted, set aside,
     skipped, tombstones, and for a history about how many events it keeps; with
@@ -107,6 +113,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
             events = _history_events(sink, conn)
             by_table = sink.acks.table_counts(conn)
             retries = sink.retries.counts(conn)
+            repairs = Repairs(sink, writing=False).counts(conn)
         tables = True
     except ProgrammingError as e:
         if error_code(e) != NO_SUCH_TABLE:
@@ -115,6 +122,7 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         set_aside = []
         kept, by_table, events = {}, {}, {}
         retries = RetryCounts(0, 0)
+        repairs = RepairCounts(0, [])
     quarantine = QuarantineCounts(sink.quarantine.count(), *astuple(retries))
     now = utc_now()
     last_at = acks.last_commit_at if acks else None
@@ -161,6 +169,8 @@ def collect_status(sink: SinkInstance) -> SinkStatus:
         lease_epoch=lease_row[0] if lease_row else None,
         lease_holder=lease_row[1] if lease_row else None,
         lease_acquired_at=lease_row[2].isoformat() if lease_row else None,
+        repairs_applied=repairs.applied,
+        repairs_pending=repairs.pending,
         tables=_per_table(sink, acks, by_table, kept, events),
     )
 

@@ -62,6 +62,8 @@ class Difference:
     key: dict[str, Any]
     columns: tuple[str, ...] = ()
     """The columns that differ (DIFFERENT)."""
+    row: Row | None = field(default=None, compare=False, repr=False)
+    """The source's row (MySQL's for EXTRA)."""
 
     def line(self) -> str:
         key = ", ".join(f"{k}={v!r}" for k, v in self.key.items())
@@ -82,6 +84,11 @@ class TableReport:
     chunks_differing: int = 0
     differences: list[Difference] = field(default_factory=list)
     seconds: float = 0.0
+    upserts: list[dict[str, Any]] = field(default_factory=list)
+    """With ``with_rows``: the source's rows of the keys missing in MySQL or
+    different, their key's and compared columns' values."""
+    deletes: list[dict[str, Any]] = field(default_factory=list)
+    """With ``with_rows``: the keys extra in MySQL."""
 
     def count(self, kind: str) -> int:
         return sum(1 for d in self.differences if d.kind == kind)
@@ -121,8 +128,11 @@ def verify_against(
     columns: tuple[str, ...] = (),
     where: str | None = None,
     chunk_rows: int = CHUNK_ROWS,
+    with_rows: bool = False,
 ) -> list[TableReport]:
-    """Compare ``table`` (default: every table of the sink) with its source."""
+    """Compare ``table`` (default: every table of the sink) with its source; with
+    ``with_rows``, each report also holds what would make MySQL the source's
+    (``upserts``, ``deletes``: verify_repair.py)."""
     targets = sink.config.mysql.targets
     if table is not None:
         targets = [t for t in targets if t.table == table]
@@ -144,6 +154,7 @@ def verify_against(
                 columns,
                 where,
                 chunk_rows,
+                with_rows,
             )
             for target in targets
         ]
@@ -166,6 +177,7 @@ def _compare(
     wanted: tuple[str, ...],
     where: str | None,
     chunk_rows: int,
+    with_rows: bool,
 ) -> TableReport:
     started = time.monotonic()
     report = TableReport(target.table, source.location)
@@ -211,6 +223,17 @@ def _compare(
             ours.update((r.key_text, r) for r in mine.rows(leaf))
         # Step 4. What differs, and in which columns.
         report.differences = _differences(key, columns, mine, other, theirs, ours)
+        if with_rows:
+            found = report.differences
+            wanted = [d.row for d in found if d.kind != EXTRA and d.row is not None]
+            for at in range(0, len(wanted), TEXTS_AT_ONCE):
+                some = wanted[at : at + TEXTS_AT_ONCE]
+                report.upserts += other.values(some).values()
+            report.deletes = [
+                {c.name: v for c, v in zip(key, d.row.key, strict=True)}
+                for d in found
+                if d.kind == EXTRA and d.row is not None
+            ]
     report.seconds = time.monotonic() - started
     log.info("%s", report.summary())
     return report
@@ -248,8 +271,12 @@ def _differences(
     def named(row: Row) -> dict[str, Any]:
         return {c.name: _plain(v) for c, v in zip(key, row.key, strict=True)}
 
-    found = [Difference(MISSING, named(r)) for k, r in theirs.items() if k not in ours]
-    found += [Difference(EXTRA, named(r)) for k, r in ours.items() if k not in theirs]
+    found = [
+        Difference(MISSING, named(r), row=r) for k, r in theirs.items() if k not in ours
+    ]
+    found += [
+        Difference(EXTRA, named(r), row=r) for k, r in ours.items() if k not in theirs
+    ]
     changed = [k for k, r in theirs.items() if k in ours and ours[k].hash != r.hash]
     for at in range(0, len(changed), TEXTS_AT_ONCE):
         some = changed[at : at + TEXTS_AT_ONCE]
@@ -262,7 +289,7 @@ def _differences(
                 if a != b and not _collated_equal(mine, c, a, b)
             )
             if differ:
-                found.append(Difference(DIFFERENT, named(theirs[k]), differ))
+                found.append(Difference(DIFFERENT, named(theirs[k]), differ, theirs[k]))
     order = {MISSING: 0, EXTRA: 1, DIFFERENT: 2}
     return sorted(found, key=lambda d: (order[d.kind], tuple(d.key.values())))
 

@@ -178,8 +178,20 @@ class MysqlSide:
 
     def texts(self, rows: Sequence[Row]) -> dict[str, list[str | None]]:
         """The canonical text of each compared column of ``rows``, by key text."""
+        values = ", ".join(sql_text(c, self.q) for c in self.columns)
+        return {r[0]: list(r[1:]) for r in self._select(values, rows)}
+
+    def values(self, rows: Sequence[Row]) -> dict[str, dict[str, Any]]:
+        """The key's and the compared columns' values of ``rows`` as stored, by
+        key text."""
+        names = [c.name for c in [*self.key, *self.columns]]
+        found = self._select(", ".join(self.q(n) for n in names), rows)
+        return {r[0]: dict(zip(names, r[1:], strict=True)) for r in found}
+
+    def _select(self, what: str, rows: Sequence[Row]) -> list[Any]:
+        """``what`` (with the key text first) of the rows of ``rows``' keys."""
         if not rows:
-            return {}
+            return []
         match = " OR ".join(
             "("
             + " AND ".join(f"{n} = :k{i}_{j}" for j, n in enumerate(self._names))
@@ -189,12 +201,12 @@ class MysqlSide:
         params = {
             f"k{i}_{j}": v for i, r in enumerate(rows) for j, v in enumerate(r.key)
         }
-        values = ", ".join(sql_text(c, self.q) for c in self.columns)
-        found = self.conn.execute(
-            text(f"SELECT {self._key_text}, {values} FROM {self.name} WHERE {match}"),
-            params,
+        return list(
+            self.conn.execute(
+                text(f"SELECT {self._key_text}, {what} FROM {self.name} WHERE {match}"),
+                params,
+            )
         )
-        return {r[0]: list(r[1:]) for r in found}
 
     def equal_as_collated(self, column: Canonical, a: str, b: str) -> bool:
         """Whether the server's collation of ``column`` holds ``a`` and ``b`` equal."""
@@ -289,6 +301,12 @@ class ArrowSide:
         return {
             r.key_text: [col[n].as_py() for col in columns] for n, r in enumerate(rows)
         }
+
+    def values(self, rows: Sequence[Row]) -> dict[str, dict[str, Any]]:
+        """The key's and the compared columns' values of ``rows``, by key text."""
+        names = [c.name for c in [*self.key, *self.columns]]
+        part = self.table.take([r.at for r in rows]).select(names).to_pylist()
+        return {r.key_text: v for r, v in zip(rows, part, strict=True)}
 
 
 def _between(lo: Bound, ends: list[Key], hi: Bound) -> list[Chunk]:

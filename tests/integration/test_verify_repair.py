@@ -1,0 +1,186 @@
+"""``wal-sink verify --against SOURCE --repair``: a row another writer changed, one
+it deleted and one it added are found and written back as the source has them, as
+one repair staged beside the WAL and applied once with its ack; a second verify is
+clean and a second repair stages nothing. A repair killed before its COMMIT leaves
+the target as it was and is applied, once, by the next run. The sink's own batch
+ids are untouched: a batch staged after a repair is applied as usual."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from tests.helpers import apply_staged, cli, write_config
+from wal_sink.config import load_config
+from wal_sink.errors import FencedError
+from wal_sink.exit_status import FINDINGS, OK
+from wal_sink.protocol.sink_instance import SinkInstance
+
+START = datetime(2024, 3, 1, 12, 0)
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("amount", pa.decimal128(12, 2)),
+        ("at", pa.timestamp("us")),
+    ]
+)
+
+
+def rows(ids) -> list[dict]:
+    return [
+        {
+            "id": i,
+            "name": f"name{i}",
+            "amount": Decimal(i) + Decimal("0.25"),
+            "at": START + timedelta(minutes=i, microseconds=i),
+        }
+        for i in ids
+    ]
+
+
+@pytest.fixture
+def sink(db, tmp_path):
+    """vr(id, name, amount, at) filled by the sink from batch 0, a Delta table
+    holding the same, and a count of the updates made to vr (a trigger): returns
+    the config's path and the source."""
+    for t in ("vr", "vr_updates", "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        "CREATE TABLE vr (id BIGINT PRIMARY KEY, name VARCHAR(16), "
+        "amount DECIMAL(12,2), at DATETIME(6)) ENGINE=InnoDB"
+    )
+    db.execute("CREATE TABLE vr_updates (n INT NOT NULL) ENGINE=InnoDB")
+    db.execute("INSERT INTO vr_updates VALUES (0)")
+    db.execute(
+        "CREATE TRIGGER vr_updated AFTER UPDATE ON vr FOR EACH ROW "
+        "UPDATE vr_updates SET n = n + 1"
+    )
+    path = write_config(tmp_path / "vr.toml", db, table="vr", sink_id="vr", mysql="")
+    path.write_text(path.read_text().replace('key = ["k"]', 'key = ["id"]'))
+    apply_staged(load_config(path), SCHEMA, rows(range(20)))
+    source = tmp_path / "lake"
+    write_deltalake(str(source), pa.Table.from_pylist(rows(range(20)), schema=SCHEMA))
+    return path, str(source)
+
+
+def another_writer(db) -> None:
+    """A row changed, one deleted, one added."""
+    db.execute("UPDATE vr SET amount = 99, name = 'other' WHERE id = 3")
+    db.execute("DELETE FROM vr WHERE id = 11")
+    db.execute("INSERT INTO vr (id, name) VALUES (500, 'new')")
+    db.execute("UPDATE vr_updates SET n = 0")
+
+
+def table_rows(db) -> list[tuple]:
+    return db.rows("SELECT id, name, amount, at FROM vr ORDER BY id")
+
+
+def repair_acks(db) -> list[tuple]:
+    return db.rows(
+        "SELECT batch_id, row_count, deleted_count FROM wal_sink_ack "
+        "WHERE sink_id = 'vr:repair' ORDER BY batch_id"
+    )
+
+
+def repaired_once(db, output: str, before: list[tuple]) -> None:
+    """Repair 1 wrote the rows back as they were, with one update (the trigger's
+    count) and one ack."""
+    assert "repair 1 applied (vr: 2 upserted, 1 deleted)" in output
+    assert table_rows(db) == before
+    assert db.rows("SELECT n FROM vr_updates") == [(1,)]
+    assert repair_acks(db) == [(1, 2, 1)]
+
+
+def test_verify_repair_writes_the_differences_once_then_verify_is_clean(sink, db):
+    path, source = sink
+    before = table_rows(db)
+    another_writer(db)
+    r = cli(path, "verify", "--against", source, "--repair", "--yes")
+    assert r.returncode == OK, r.stderr
+    assert "vr: different: id=3 (name, amount)" in r.stdout
+    assert "vr: 2 upsert(s), 1 delete(s)" in r.stderr
+    repaired_once(db, r.stdout, before)
+    r = cli(path, "verify", "--against", source)
+    assert r.returncode == OK, r.stdout + r.stderr
+    r = cli(path, "verify", "--against", source, "--repair", "--yes")
+    assert r.returncode == OK, r.stderr
+    assert "applied" not in r.stdout and repair_acks(db) == [(1, 2, 1)]
+    r = cli(path, "verify")  # the repair's ack is not one of the sink's batches
+    assert r.returncode == OK, r.stdout
+    status = json.loads(cli(path, "status", "--json").stdout)
+    assert (status["repairs_applied"], status["repairs_pending"]) == (1, [])
+    assert (status["acked_batches"], status["rows_applied"]) == (1, 20)
+    shown = " ".join(cli(path, "status").stdout.replace("│", " ").split())
+    assert "repairs 1 applied" in shown
+
+
+def test_verify_repair_asks_first_and_no_writes_nothing(sink, db, tmp_path):
+    path, source = sink
+    another_writer(db)
+    changed = table_rows(db)
+    r = cli(path, "verify", "--against", source, "--repair", input="n\n")
+    assert r.returncode == FINDINGS, r.stderr
+    assert "the repair takes the sink's lease" in r.stderr
+    assert "repair cancelled; nothing changed" in r.stderr
+    assert table_rows(db) == changed and repair_acks(db) == []
+    assert not (tmp_path / "wal_repairs").exists()
+
+
+def test_verify_repair_killed_before_commit_is_applied_once_by_the_next(sink, db):
+    path, source = sink
+    before = table_rows(db)
+    another_writer(db)
+    changed = table_rows(db)
+    killed = cli(
+        path,
+        "verify",
+        "--against",
+        source,
+        "--repair",
+        "--yes",
+        env={"WAL_SINK_FAULT": "repair.before_commit:1"},
+        new_session=True,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert table_rows(db) == changed and repair_acks(db) == []
+    status = json.loads(cli(path, "status", "--json").stdout)
+    assert status["repairs_pending"] == [1]
+    r = cli(path, "verify", "--against", source, "--repair", "--yes")
+    assert r.returncode == OK, r.stderr
+    assert "repair(s) 1 staged and not applied" in r.stderr
+    assert "nothing differs any more: no repair staged" in r.stdout
+    repaired_once(db, r.stdout, before)
+
+
+def test_verify_repair_fences_a_running_sink_and_batches_after_it_apply(sink, db):
+    path, source = sink
+    config = load_config(path)
+    running = SinkInstance(config)
+    committer = running.start()
+    try:
+        another_writer(db)
+        r = cli(path, "verify", "--against", source, "--repair", "--yes")
+        assert r.returncode == OK, r.stderr
+        with pytest.raises(FencedError):
+            committer.apply(0, force=True)
+    finally:
+        running.close()
+    apply_staged(config, SCHEMA, rows([3, 700]), first=1)
+    assert db.rows("SELECT id FROM vr WHERE id IN (3, 700)") == [(3,), (700,)]
+    assert db.rows("SELECT batch_id FROM wal_sink_ack WHERE sink_id = 'vr'") == [
+        (0,),
+        (1,),
+    ]
+
+
+def test_verify_repair_needs_against(sink):
+    path, _ = sink
+    r = cli(path, "verify", "--repair")
+    assert r.returncode == 2
+    assert "--repair goes with --against" in r.stderr
