@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tests.helpers import apply_staged, cli, write_config
+from tests.helpers import apply_staged, cli, routed_config, write_config
 from wal_sink.config import load_config
 from wal_sink.errors import FencedError
 from wal_sink.exit_status import FINDINGS, OK
@@ -184,3 +184,54 @@ def test_verify_repair_needs_against(sink):
     r = cli(path, "verify", "--repair")
     assert r.returncode == 2
     assert "--repair goes with --against" in r.stderr
+
+
+def test_verify_repair_writes_the_source_version_below_the_stored_one(db, tmp_path):
+    for t in ("vrv", "wal_sink_ack", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    db.execute(
+        "CREATE TABLE vrv (id BIGINT PRIMARY KEY, name VARCHAR(16), v BIGINT) "
+        "ENGINE=InnoDB"
+    )
+    path = write_config(
+        tmp_path / "vrv.toml", db, table="vrv", mysql='version_column = "v"'
+    )
+    path.write_text(path.read_text().replace('key = ["k"]', 'key = ["id"]'))
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("v", pa.int64())])
+    versioned = [{"id": i, "name": f"name{i}", "v": 5} for i in range(4)]
+    apply_staged(load_config(path), schema, versioned)
+    write_deltalake(str(tmp_path / "lake"), pa.Table.from_pylist(versioned, schema))
+    db.execute("UPDATE vrv SET name = 'ahead', v = 100 WHERE id = 2")
+    r = cli(path, "verify", "--against", str(tmp_path / "lake"), "--repair", "--yes")
+    assert r.returncode == OK, r.stderr
+    assert "repair 1 applied (vrv: 1 upserted, 0 deleted)" in r.stdout
+    assert db.rows("SELECT name, v FROM vrv WHERE id = 2") == [("name2", 5)]
+
+
+def test_verify_repair_routed_sink_repairs_every_table_in_one_repair(db, tmp_path):
+    for t in ("rra", "rrb", "wal_sink_ack", "wal_sink_ack_tables", "wal_sink_lease"):
+        db.execute(f"DROP TABLE IF EXISTS {t}")
+    for t in ("rra", "rrb"):
+        db.execute(f"CREATE TABLE {t} (id BIGINT PRIMARY KEY, name VARCHAR(8))")
+    path = routed_config(tmp_path / "routed.toml", db, "routedr", ["rra", "rrb"])
+    schema = pa.schema(
+        [("tbl", pa.string()), ("id", pa.int64()), ("name", pa.string())]
+    )
+    routed = [
+        {"tbl": t, "id": i, "name": f"{t}{i}"} for t in ("rra", "rrb") for i in range(3)
+    ]
+    apply_staged(load_config(path), schema, routed)
+    for t in ("rra", "rrb"):
+        mine = [{"id": r["id"], "name": r["name"]} for r in routed if r["tbl"] == t]
+        write_deltalake(str(tmp_path / "lake" / t), pa.Table.from_pylist(mine))
+    db.execute("INSERT INTO rra VALUES (9, 'extra')")
+    db.execute("DELETE FROM rrb WHERE id = 1")
+    lake = str(tmp_path / "lake")
+    r = cli(path, "verify", "--against", lake, "--repair", "--yes")
+    assert r.returncode == OK, r.stderr
+    assert (
+        "repair 1 applied (rra: 0 upserted, 1 deleted; rrb: 1 upserted, 0 deleted)"
+        in r.stdout
+    )
+    assert cli(path, "verify", "--against", lake).returncode == OK
+    assert cli(path, "verify").returncode == OK
