@@ -235,3 +235,16 @@ def test_verify_repair_routed_sink_repairs_every_table_in_one_repair(db, tmp_pat
     )
     assert cli(path, "verify", "--against", lake).returncode == OK
     assert cli(path, "verify").returncode == OK
+
+
+def test_verify_repair_killed_before_commit_is_completed_by_recover(sink, db):
+    path, source = sink
+    before = table_rows(db)
+    another_writer(db)
+    fault = {"WAL_SINK_FAULT": "repair.before_commit:1"}
+    args = ("verify", "--against", source, "--repair", "--yes")
+    assert cli(path, *args, env=fault, new_session=True).returncode == -9
+    r = cli(path, "recover")
+    assert r.returncode == OK, r.stderr
+    repaired_once(db, r.stdout, before)
+    assert "applied" not in cli(path, "recover").stdout

@@ -131,7 +131,8 @@ def status(
 @click.pass_context
 @_one_line_errors
 def recover(ctx: click.Context) -> None:
-    """Apply every staged batch without an ack, in order (the job's start-up path).
+    """Apply every staged batch without an ack, in order (the job's start-up path),
+    then every repair (verify --repair) staged and not applied.
 
     Takes the lease: a running job of this sink is fenced and stops. Refuses (exit
     2) when Spark's commit log at job.checkpoint holds a batch above everything the
@@ -140,13 +141,17 @@ def recover(ctx: click.Context) -> None:
     Example: wal-sink -c conf/local.toml recover
     """
     from wal_sink.ops.recover import recover_sink
+    from wal_sink.ops.verify_repair import complete_pending
 
     with _instance(ctx) as sink:
         results = recover_sink(sink)
+        repairs = complete_pending(sink)
     if not results:
         out.print("nothing to recover: every staged batch has an ack")
     for r in results:
         out.print(f"batch {r.batch_id}: {applied_counts(r)}")
+    for repair in repairs:
+        out.print(repair.line(), markup=False)
 
 
 @main.command()

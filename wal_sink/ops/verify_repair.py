@@ -261,9 +261,7 @@ def run_repair(
     and the comparison the last one was made of."""
     repairs = Repairs(sink)
     epoch = sink.start().epoch
-    with sink.engine.connect() as conn:
-        pending = repairs.counts(conn).pending
-    done = [repairs.apply(r, epoch) for r in pending]
+    done = complete_pending(sink, repairs)
     reports = verify_against(
         sink,
         source,
@@ -277,6 +275,21 @@ def run_repair(
     if repair_id is not None:
         done.append(repairs.apply(repair_id, epoch))
     return done, reports
+
+
+def complete_pending(
+    sink: SinkInstance, repairs: Repairs | None = None
+) -> list[RepairResult]:
+    """Apply the repairs staged and not applied (stopped half-way), in order, as
+    the holder of the sink's lease (taken if need be): ``recover`` and every
+    repair do this first."""
+    repairs = repairs or Repairs(sink, writing=False)
+    with sink.engine.connect() as conn:
+        pending = repairs.counts(conn).pending
+    if not pending:
+        return []
+    epoch = sink.start().epoch
+    return [repairs.apply(r, epoch) for r in pending]
 
 
 def _encoded(values: dict[str, Any]) -> str:
