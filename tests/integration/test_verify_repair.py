@@ -118,6 +118,9 @@ def test_verify_repair_writes_the_differences_once_then_verify_is_clean(sink, db
     assert (status["acked_batches"], status["rows_applied"]) == (1, 20)
     shown = " ".join(cli(path, "status").stdout.replace("│", " ").split())
     assert "repairs 1 applied" in shown
+    shown = " ".join(cli(path, "inspect", "1", "--repair").stdout.split())
+    assert "repair 1: 3 rows in 1 file(s), showing 3" in shown
+    assert '│ vr │ delete │ {"id": 500} │' in shown
 
 
 def test_verify_repair_asks_first_and_no_writes_nothing(sink, db, tmp_path):

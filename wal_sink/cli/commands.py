@@ -253,22 +253,44 @@ def replay(
     is_flag=True,
     help="Show quarantined records and why (of batch N, if given).",
 )
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Show the rows of repair N (verify --repair) instead of batch N.",
+)
 @click.pass_context
 @_one_line_errors
 def inspect(
-    ctx: click.Context, batch_id: int | None, limit: int, quarantine: bool
+    ctx: click.Context,
+    batch_id: int | None,
+    limit: int,
+    quarantine: bool,
+    repair: bool,
 ) -> None:
-    """Show the rows of staged batch N in apply order, or quarantined records.
+    """Show the rows of staged batch N in apply order, quarantined records, or the
+    rows of repair N.
 
     Example: wal-sink -c conf/local.toml inspect 42 --limit 5
     Example: wal-sink -c conf/local.toml inspect --quarantine
+    Example: wal-sink -c conf/local.toml inspect 1 --repair
     """
     if batch_id is None and not quarantine:
         raise click.UsageError("give a batch id, or --quarantine")
+    if repair and (quarantine or batch_id is None):
+        raise click.UsageError("--repair takes a repair id, without --quarantine")
     with _instance(ctx) as sink:
         if quarantine:
             entries = sink.quarantine.read(limit, batch_id)
             show(quarantine_table(sink.config.quarantine_path, entries))
+            return
+        if repair:
+            from wal_sink.ops.verify_repair import Repairs
+
+            reader = Repairs(sink, writing=False).reader
+            staged = reader.staged_batch(batch_id)
+            if staged is None:
+                _fail(f"repair {batch_id} is not staged ({reader.path})", FAILED)
+            show(rows_table(staged, reader.head(staged, limit), "repair"))
             return
         batch = sink.wal.staged_batch(batch_id)
         if batch is None:

@@ -168,9 +168,12 @@ def entries_table(
     return table
 
 
-def rows_table(batch: StagedBatch, rows: list[dict[str, Any]]) -> RichTable:
+def rows_table(
+    batch: StagedBatch, rows: list[dict[str, Any]], kind: str = "batch"
+) -> RichTable:
+    """A staged batch's rows; ``kind`` names it (``repair``: verify --repair's)."""
     table = RichTable(
-        title=f"batch {batch.batch_id}: {batch.rows} rows in "
+        title=f"{kind} {batch.batch_id}: {batch.rows} rows in "
         f"{len(batch.files)} file(s), showing {len(rows)}",
         title_justify="left",
     )
