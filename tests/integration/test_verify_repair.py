@@ -15,7 +15,15 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tests.helpers import apply_staged, cli, routed_config, write_config
+from tests.helpers import (
+    JOB,
+    JobProcess,
+    apply_staged,
+    cli,
+    fresh_table,
+    routed_config,
+    write_config,
+)
 from wal_sink.config import load_config
 from wal_sink.errors import FencedError
 from wal_sink.exit_status import FINDINGS, OK
@@ -251,3 +259,52 @@ def test_verify_repair_killed_before_commit_is_completed_by_recover(sink, db):
     assert r.returncode == OK, r.stderr
     repaired_once(db, r.stdout, before)
     assert "applied" not in cli(path, "recover").stdout
+
+
+def test_verify_repair_of_a_job_target_then_the_job_goes_on(db, tmp_path):
+    """Through the job: its target repaired, then its next batch applied."""
+    fresh_table(db, "vrj")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    state = {"a": "1.00", "b": "2.00", "c": "3.00"}
+
+    def arrives(name: str, rows: dict[str, str]) -> None:
+        lines = [json.dumps({"k": k, "amount": v}) for k, v in rows.items()]
+        (landing / name).write_text("\n".join(lines) + "\n")
+
+    def lake() -> str:
+        where = tmp_path / f"lake{len(state)}"
+        amounts = pa.array([Decimal(v) for v in state.values()], pa.decimal128(16, 2))
+        write_deltalake(str(where), pa.table({"k": list(state), "amount": amounts}))
+        return str(where)
+
+    path = write_config(
+        tmp_path / "vrj.toml",
+        db,
+        table="vrj",
+        mysql="",
+        job=JOB,
+        source=(
+            f'[source]\nformat = "json"\npath = "{landing}"\n'
+            'schema = "k STRING, amount DECIMAL(12,2)"'
+        ),
+    )
+    arrives("f0.json", state)
+    job = JobProcess(path, tmp_path / "job.log", "--available-now")
+    assert job.wait() == 0, job.tail()
+    db.execute("UPDATE vrj SET amount = 99 WHERE k = 'b'")
+    db.execute("DELETE FROM vrj WHERE k = 'c'")
+    db.execute("INSERT INTO vrj VALUES ('z', 1)")
+    r = cli(path, "verify", "--against", lake(), "--repair", "--yes")
+    assert r.returncode == OK, r.stderr
+    assert "repair 1 applied (vrj: 2 upserted, 1 deleted)" in r.stdout
+    arrives("f1.json", {"d": "4.00"})
+    state["d"] = "4.00"
+    job = JobProcess(path, tmp_path / "job.log", "--available-now")
+    assert job.wait() == 0, job.tail()
+    r = cli(path, "verify", "--against", lake())
+    assert r.returncode == OK, r.stdout + r.stderr
+    assert db.rows("SELECT batch_id FROM wal_sink_ack WHERE sink_id = 'vrj'") == [
+        (0,),
+        (1,),
+    ]
