@@ -238,11 +238,12 @@ def test_verify_repair_routed_sink_repairs_every_table_in_one_repair(db, tmp_pat
     db.execute("INSERT INTO rra VALUES (9, 'extra')")
     db.execute("DELETE FROM rrb WHERE id = 1")
     lake = str(tmp_path / "lake")
-    r = cli(path, "verify", "--against", lake, "--repair", "--yes")
+    r = cli(path, "verify", "--against", lake, "--repair", "--yes", "--json")
     assert r.returncode == OK, r.stderr
+    assert [len(t["differences"]) for t in json.loads(r.stdout)] == [1, 1]
     assert (
         "repair 1 applied (rra: 0 upserted, 1 deleted; rrb: 1 upserted, 0 deleted)"
-        in r.stdout
+        in r.stderr  # with --json, stdout holds the JSON alone
     )
     assert cli(path, "verify", "--against", lake).returncode == OK
     assert cli(path, "verify").returncode == OK

@@ -110,7 +110,7 @@ def verify(
                     out.print(line, soft_wrap=True, markup=False)
                 out.print(report.summary(), soft_wrap=True, markup=False)
         if repair:
-            _repair(sink, Source.parse(source), reports, yes, options)
+            _repair(sink, Source.parse(source), reports, yes, options, as_json)
             return
     if any(r.differences for r in reports):
         sys.exit(FINDINGS)
@@ -122,8 +122,11 @@ def _repair(
     reports: list[TableReport],
     yes: bool,
     options: dict[str, Any],
+    as_json: bool,
 ) -> None:
-    """Say what the repair writes, ask, and write it (verify_repair.py)."""
+    """Say what the repair writes, ask, and write it (verify_repair.py). With
+    ``as_json`` stdout holds the JSON alone: what was written goes to stderr."""
+    said = err if as_json else out
     from wal_sink.ops.verify_against import DIFFERENT, EXTRA, MISSING
     from wal_sink.ops.verify_repair import Repairs, run_repair
 
@@ -154,9 +157,9 @@ def _repair(
         fail("repair cancelled; nothing changed", FINDINGS)
     results, _ = run_repair(sink, source, **options)
     for result in results:
-        out.print(result.line(), soft_wrap=True, markup=False)
+        said.print(result.line(), soft_wrap=True, markup=False)
     if len(results) == len(pending):
-        out.print("nothing differs any more: no repair staged", soft_wrap=True)
+        said.print("nothing differs any more: no repair staged", soft_wrap=True)
 
 
 def _books(ctx: click.Context, as_json: bool) -> None:
