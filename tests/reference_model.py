@@ -63,6 +63,14 @@ again, or a delete there, or one its batch holds) is skipped; a delete replaces 
 upsert at its version (a delete seen again is skipped). A history keeps no
 tombstones.
 
+With ``history_retention`` (``Sink.retention``, docs/merge.md "Events retention") a
+purge after time passed (``age_events``: every event applied so far is old) folds
+each key's events up to its newest old one F into its floor (``Floor``): the record
+open at F with its values as of F, or none; the records before that one stay as
+they are. The key's records are then the floor's record, from its start, and the
+events above F; a record at or below F is set aside (FLOOR; an upsert its batch
+deletes the key at the version of is no event, and skipped, first).
+
 Which sinks are refused at start (``refusal``) is decided from the shape and the
 configs alone: among them a key or version column narrower than the stream's type,
 two tables of one sink keeping their tombstones in one table, and a sink without
@@ -172,10 +180,12 @@ KEPT_NULL = "kept null"  # an effect: a NULL kept a stored value (ignore_nulls)
 TRUNCATED = "truncated"  # an effect: a truncate deleted rows
 TRUNCATE_STALE = "truncate stale"  # an effect: an upsert at or below T skipped
 NO_VERSION = "no version"  # a history record without a version
+FLOOR = "floor"  # a history record at or below its key's floor (history_retention)
 SPLIT = "split"  # an effect: a late upsert split a record of a history
 IN_PLACE = "in place"  # an effect: an upsert changed an untracked column in place
+FOLDED = "folded"  # an effect: a purge folded a key's old events into its floor
 REASONS = (NULL_KEY, NOT_FINITE, NULL, RANGE, NARROW, PARENT, CHILD, UNIQUE, ROUTE,
-           VERSION, WHOLE, TRUNCATE, NO_VERSION)  # fmt: skip
+           VERSION, WHOLE, TRUNCATE, NO_VERSION, FLOOR)  # fmt: skip
 START_AT, END_AT = "__START_AT", "__END_AT"
 """A history record's span: [__START_AT, __END_AT), __END_AT NULL while open."""
 DELETE = "delete"
@@ -342,6 +352,8 @@ class Sink:
     """``track_history_column_list`` (None: every data column)."""
     untracked: tuple[str, ...] = ()
     """``track_history_except_column_list``."""
+    retention: bool = False
+    """``history_retention`` (a history's): a purge folds the events older than it."""
 
     def rule(self, column: str) -> ModeRule:
         """The column's merge rule; with ``ignore_nulls`` a NULL keeps the stored
@@ -437,6 +449,21 @@ class Tombstone:
     """Older than the retention (time passed since it was last raised)."""
 
 
+@dataclass(frozen=True)
+class Floor:
+    """A key's events up to ``version`` (F), folded by a purge (history_retention)."""
+
+    version: Any
+    values: dict[str, Any] | None
+    """The data values of the record open at F, as of F; None: none was open."""
+    start: Any
+    """That record's ``__START_AT`` (F when none was open)."""
+    spelling: dict[str, Any]
+    """The key as its first event spelt it."""
+    kept: tuple[dict[str, Any], ...]
+    """The records before that one (all of F's, none open), as the fold found them."""
+
+
 @dataclass
 class SinkState:
     batches: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
@@ -481,13 +508,17 @@ class ReferenceModel:
         """A history's key columns as each event (by version) was first spelt: its
         records take its first event's (by version) spelling."""
         self.history: dict[tuple, list[dict[str, Any]]] = {}
+        """A history's records by collated key, sorted by ``__START_AT``."""
+        self.floors: dict[tuple, Floor] = {}
+        """A history's floors by collated key (history_retention)."""
+        self.aged: set[tuple[tuple, Any]] = set()
+        """(key, version) of the events applied before time passed (old)."""
         self.batch_deletes: set[tuple] = set()
         """(key, version) of the history deletes of the batch being applied: an
         upsert there is no event, wherever in the batch."""
-        """A history's records by collated key, sorted by ``__START_AT``."""
         self.effects: Counter = Counter()
         """What the merge did that a feature exists for (``KEPT_NULL``,
-        ``TRUNCATED``, ``TRUNCATE_STALE``, ``SPLIT``, ``IN_PLACE``)."""
+        ``TRUNCATED``, ``TRUNCATE_STALE``, ``SPLIT``, ``IN_PLACE``, ``FOLDED``)."""
         self.owned = owned_columns(self)
         """The target columns the model holds: those a sink not refused writes."""
 
@@ -685,6 +716,8 @@ class ReferenceModel:
             if batch_id != newest:
                 del state.acks[batch_id]
         sink = self.sinks[sink_id]
+        if sink.retention:
+            self._fold(sink)
         if not sink.guarded:
             return
         held = self._keys_with_open_upserts()
@@ -768,6 +801,11 @@ class ReferenceModel:
         found = (self.updated, self.inserted)
         self.updated, self.inserted = set(), set()
         return found
+
+    def age_events(self) -> None:
+        """Time passes beyond the history's retention: every event applied so far
+        is old (the next purge folds it)."""
+        self.aged |= {(k, v) for k, events in self.events.items() for v in events}
 
     def expire_tombstones(self) -> None:
         """Time passes beyond every retention: every tombstone is old enough to
@@ -1036,6 +1074,9 @@ class ReferenceModel:
             return SKIPPED  # seen again, or an upsert at a delete's version
         if not delete and (key, version) in self.batch_deletes:
             return SKIPPED  # its batch deletes the key at its version
+        floor = self.floors.get(key)
+        if floor is not None and version <= floor.version:
+            return QUARANTINED, {FLOOR}  # folded: it can no longer be placed
         self.events[key] = {**events, version: DELETE if delete else dict(record)}
         # the event's row keeps the spelling it was first added with (a delete
         # replacing an upsert changes only its op)
@@ -1048,16 +1089,28 @@ class ReferenceModel:
             self.effects[SPLIT] += 1
         return DELETED if delete else APPLIED
 
-    def _records(self, sink: Sink, key: tuple, new: Any) -> list[dict[str, Any]]:
+    def _records(
+        self, sink: Sink, key: tuple, new: Any, upto: Any = None
+    ) -> list[dict[str, Any]]:
         """The key's records: its events sorted by version, each upsert ending the
         open record and opening one or updating it in place; a delete ending it.
         ``new``: the version just added (an in-place update of an untracked column
-        there is counted)."""
-        records: list[dict[str, Any]] = []
+        there is counted). With a floor: the records it kept, then its record open
+        from its start with its values, then the events above it. ``upto``: only
+        the events up to that version."""
+        floor = self.floors.get(key)
+        events = {
+            v: e
+            for v, e in self.events.get(key, {}).items()
+            if upto is None or v <= upto
+        }
+        records = [dict(r) for r in floor.kept] if floor else []
+        spelling = floor.spelling if floor else self.spelling[key][min(events)]
+        ordered = sorted(events.items())
+        if floor is not None and floor.values is not None:
+            ordered.insert(0, (floor.start, floor.values))
         open_: dict[str, Any] | None = None
-        events = self.events[key]
-        for version in sorted(events):
-            event = events[version]
+        for version, event in ordered:
             if event == DELETE:
                 if open_ is not None:
                     open_[END_AT] = version
@@ -1085,7 +1138,7 @@ class ReferenceModel:
             open_ = {
                 **dict.fromkeys(self.owned),
                 **values,
-                **self.spelling[key][min(events)],  # the first event's, by version
+                **spelling,  # the first event's, by version
                 START_AT: version,
                 END_AT: None,
             }
@@ -1104,6 +1157,33 @@ class ReferenceModel:
         opened = any(r[START_AT] == version for r in after)
         return inside and opened and any(v > version for v in events)
 
+    def _fold(self, sink: Sink) -> None:
+        """Each key with an old event: its events up to the newest old one (F)
+        become its floor; its records stay as they are."""
+        for key, events in self.events.items():
+            old = [v for v in events if (key, v) in self.aged]
+            if not old:
+                continue
+            at = max(old)
+            floor = self.floors.get(key)
+            made = self._records(sink, key, None, upto=at)
+            open_ = made.pop() if made and made[-1][END_AT] is None else None
+            values = None
+            if open_ is not None:
+                values = {c: open_[c] for c in sink.written if c not in sink.key}
+            self.floors[key] = Floor(
+                at,
+                values,
+                at if open_ is None else open_[START_AT],
+                floor.spelling if floor else self.spelling[key][min(events)],
+                tuple(made),
+            )
+            self.events[key] = {v: e for v, e in events.items() if v > at}
+            self.aged -= {(key, v) for v in events if v <= at}
+            self.effects[FOLDED] += 1
+            if self._records(sink, key, None) != self.history.get(key, []):
+                raise AssertionError(f"the model's fold of {key} changed its records")
+
     def history_rows(self) -> dict[tuple, dict[str, Any]]:
         """Every record of every key, by (collated key, ``__START_AT``)."""
         return {
@@ -1113,8 +1193,8 @@ class ReferenceModel:
         }
 
     def event_count(self) -> int:
-        """Rows of the events table: one per key and version."""
-        return sum(len(events) for events in self.events.values())
+        """Rows of the events table: one per key and version, one per floor."""
+        return sum(len(events) for events in self.events.values()) + len(self.floors)
 
     # -- a routed sink's second table ---------------------------------------------
 

@@ -14,6 +14,8 @@ from tests.reference_model import (
     CHILD,
     DELETED,
     END_AT,
+    FLOOR,
+    FOLDED,
     IN_PLACE,
     KEPT_NULL,
     NO_VERSION,
@@ -631,3 +633,70 @@ def test_every_history_record_spells_its_key_as_the_first_event_by_version():
         ("a", 3),
         ("a", 10),
     ]
+
+
+# -- history_retention: a purge after time passed folds old events into floors -----
+
+
+def aged_and_purged(model: ReferenceModel) -> None:
+    model.age_events()
+    model.purge("s1", 0)
+
+
+def test_a_purge_folds_each_keys_old_events_into_a_floor_and_the_history_stays():
+    """Key 1's events up to 5 become a floor with the record open at 5, key 2's
+    (deleted at 2) one with none open; 7, applied after time passed, stays. A late
+    6 above the floor splits the record open at it."""
+    model = history(retention=True)
+    run(
+        model,
+        [event(1, 1, label="a"), event(1, 3, label="b"), event(2, 1, label="z")],
+        [event(1, 5, label="c"), event(2, 2, op="D")],
+    )
+    model.age_events()
+    run(model, [event(1, 7, label="d")])
+    before = model.history_rows()
+    model.purge("s1", 0)
+    assert model.history_rows() == before and model.effects[FOLDED] == 2
+    assert model.event_count() == 3, "two floors and the event at 7"
+    assert (model.floors[(1,)].version, model.floors[(1,)].values["label"]) == (5, "c")
+    assert (model.floors[(2,)].version, model.floors[(2,)].values) == (2, None)
+    model.purge("s1", 0)
+    assert model.effects[FOLDED] == 2, "nothing old left"
+    run(model, [event(1, 6, label="e")])
+    assert spans(model) == [
+        (1, 3, 1, "a", 1),
+        (3, 5, 1, "b", 3),
+        (5, 6, 1, "c", 5),
+        (6, 7, 1, "e", 6),
+        (7, None, 1, "d", 7),
+    ]
+
+
+def test_an_event_above_a_floor_splits_with_the_values_the_floor_kept():
+    """n untracked: 3 updated the record in place, 6 again after the fold. A late 5
+    splits it: before 5 the values as of the floor (n 2, v 3), not those 6 gave."""
+    model = history(retention=True, untracked=("n",))
+    run(model, [event(1, 1, n=1), event(1, 3, n=2)])
+    aged_and_purged(model)
+    run(model, [event(1, 6, n=3)])
+    assert spans(model) == [(1, None, 3, "a", 6)]
+    run(model, [event(1, 5, n=5, label="b")])
+    assert spans(model) == [(1, 5, 2, "a", 3), (5, 6, 5, "b", 5), (6, None, 3, "a", 6)]
+
+
+def test_events_at_or_below_a_floor_are_set_aside_and_an_upsert_deleted_skipped():
+    """At the floor (3) and below it, upserts and a delete are set aside, again at a
+    retry; an upsert its batch deletes the key at the version of is no event."""
+    model = history(retention=True)
+    run(model, [event(1, 1, n=1), event(1, 3, n=2)])
+    aged_and_purged(model)
+    run(model, [event(1, 3, n=7), event(1, 2, n=7), event(1, 1, op="D"), event(1, 4)])
+    assert model.state["s1"].acks[1] == Ack(rows=1, quarantined=3)
+    run(model, [event(1, 2, n=8), event(1, 2, op="D")])
+    assert model.state["s1"].acks[2] == Ack(quarantined=1, skipped=1)
+    assert [e.kinds for e in model.state["s1"].entries] == [{FLOOR}] * 4
+    model.retry("s1")
+    assert len(model.open_entries("s1")) == 4
+    assert spans(model) == [(1, 3, 1, "a", 1), (3, 4, 2, "a", 3), (4, None, 1, "a", 4)]
+    assert model.event_count() == 2, "the floor and the event at 4"
