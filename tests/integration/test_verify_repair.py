@@ -22,6 +22,7 @@ from tests.helpers import (
     cli,
     fresh_table,
     routed_config,
+    stage_rows,
     write_config,
 )
 from wal_sink.config import load_config
@@ -309,3 +310,21 @@ def test_verify_repair_of_a_job_target_then_the_job_goes_on(db, tmp_path):
         (0,),
         (1,),
     ]
+
+
+def test_a_repair_applies_the_sinks_staged_batches_before_it_compares(sink, db):
+    """A batch staged and not applied yet (the job was stopped, or fenced) sets
+    id 3 to an older value than the source's: the repair applies it first (I8: it
+    never runs ahead of a staged batch), then writes what still differs, so no
+    later recovery can undo the repair."""
+    path, source = sink
+    stale = {**rows([3])[0], "name": "stale"}
+    stage_rows(load_config(path), 1, [stale], SCHEMA)
+    before = table_rows(db)
+    r = cli(path, "verify", "--against", source, "--repair", "--yes")
+    assert r.returncode == OK, r.stderr
+    assert "vr: different: id=3 (name)" in r.stdout
+    r = cli(path, "recover")
+    assert r.returncode == OK, r.stderr
+    assert table_rows(db) == before
+    assert cli(path, "verify", "--against", source).returncode == OK

@@ -129,9 +129,19 @@ def _repair(
     said = err if as_json else out
     from wal_sink.ops.verify_against import DIFFERENT, EXTRA, MISSING
     from wal_sink.ops.verify_repair import Repairs, run_repair
+    from wal_sink.protocol.recovery import unacked_batches
 
+    sink.wal.refresh()
+    staged = sink.wal.staged_batches() if sink.wal.exists() else {}
     with sink.engine.connect() as conn:
         pending = Repairs(sink).counts(conn).pending
+        unacked = unacked_batches(sink.wal, sink.acks, conn, staged) if staged else []
+    if unacked:
+        err.print(
+            f"batch(es) {', '.join(map(str, unacked))} staged and not applied: "
+            "applied first, then the rows compared again",
+            soft_wrap=True,
+        )
     if pending:
         err.print(
             f"repair(s) {', '.join(map(str, pending))} staged and not applied (a "
@@ -139,7 +149,7 @@ def _repair(
             soft_wrap=True,
         )
     found = [r for r in reports if r.differences]
-    if not found and not pending:
+    if not found and not pending and not unacked:
         return
     for r in found:
         err.print(
@@ -155,7 +165,12 @@ def _repair(
     )
     if not yes and not click.confirm("Write the repair to MySQL?", err=True):
         fail("repair cancelled; nothing changed", FINDINGS)
-    results, _ = run_repair(sink, source, **options)
+    results, compared = run_repair(sink, source, **options)
+    if unacked:  # what the staged batches left to repair
+        for report in compared:
+            for d in report.differences:
+                line = f"{report.table}: {d.line()}"
+                said.print(line, soft_wrap=True, markup=False)
     for result in results:
         said.print(result.line(), soft_wrap=True, markup=False)
     if len(results) == len(pending):

@@ -255,11 +255,14 @@ def run_repair(
     where: str | None = None,
     chunk_rows: int = CHUNK_ROWS,
 ) -> tuple[list[RepairResult], list[TableReport]]:
-    """Take the lease (fencing a running job of the sink), apply the repairs staged
-    and not applied yet, in order, then compare again, under the lease, and stage
-    and apply what still differs as the next repair. Returns the repairs applied
-    and the comparison the last one was made of."""
+    """Take the lease (fencing a running job of the sink), apply the sink's staged
+    batches without an ack (a repair never runs ahead of them, I8: one applied
+    after it would undo it) and the repairs staged and not applied yet, in order,
+    then compare again, under the lease, and stage and apply what still differs
+    as the next repair. Returns the repairs applied and the comparison the last
+    one was made of."""
     repairs = Repairs(sink)
+    sink.recover()
     epoch = sink.start().epoch
     done = complete_pending(sink, repairs)
     reports = verify_against(
