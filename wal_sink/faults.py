@@ -17,7 +17,9 @@ made), ``stage.after`` (committed), ``commit.before_commit``, ``commit.after_com
 follower reads the next version of the WAL's log; BATCH is that version),
 ``retry.before_commit`` and ``retry.after_commit`` (``wal-sink quarantine retry``'s
 transaction of a batch's entries), ``repair.before_commit`` (``verify --repair``'s
-transaction of repair BATCH, its rows written and acked).
+transaction of repair BATCH, its rows written and acked), ``purge.before_acks`` (a
+purge removed its batches from the WAL and not yet their ack rows; BATCH is the
+newest it removed).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ POINTS = (
     "retry.after_commit",
     "follow.poll",
     "repair.before_commit",
+    "purge.before_acks",
 )
 
 

@@ -145,6 +145,20 @@ class SinkMetrics:
             "1 while this process holds the sink's lease, 0 once fenced.",
         )
 
+        self.housekeeping_runs = Counter(
+            "wal_sink_housekeeping_runs",
+            "Scheduled purges ([housekeeping]) by outcome: ok, failed.",
+            labelnames=("sink", "outcome"),
+            registry=self.registry,
+        )
+        self.housekeeping_removed = Counter(
+            "wal_sink_housekeeping_removed",
+            "What scheduled purges removed, by what: batches, ack_rows, "
+            "quarantine_entries, tombstones, history_events, vacuum_files.",
+            labelnames=("sink", "what"),
+            registry=self.registry,
+        )
+
     def count_rows(
         self, table: str, upserted: int, deleted: int, quarantined: int, skipped: int
     ) -> None:

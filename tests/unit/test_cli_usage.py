@@ -77,6 +77,7 @@ def test_config_schema_describes_every_key():
         "cdc",
         "job",
         "storage",
+        "housekeeping",
     }
     for name, definition in schema["$defs"].items():
         assert definition["additionalProperties"] is False, name

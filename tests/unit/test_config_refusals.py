@@ -84,6 +84,7 @@ POSITIVE = [
     ("mysql", "retry_backoff"),
     ("mysql", "retry_backoff_max"),
     ("mysql", "outage_budget"),
+    ("housekeeping", "interval"),
 ]
 
 
@@ -92,6 +93,8 @@ def with_duration(section: str, key: str, value):
         return config_dict(**{f"mysql__{key}": value})
     if section == "restart":
         return config_dict(job={"checkpoint": "c", "restart": {key: value}})
+    if section == "housekeeping":
+        return config_dict(housekeeping={key: value})
     return config_dict(job={"checkpoint": "c", key: value})
 
 
@@ -121,6 +124,23 @@ def test_zero_durations_are_refused_where_they_mean_nothing(section, key, value)
 )
 def test_negative_and_endless_durations_are_refused(section, key, value):
     assert key in refused(with_duration(section, key, value))
+
+
+def test_housekeeping_vacuum_under_the_retention_floor_is_refused():
+    line = refused(
+        config_dict(housekeeping={"vacuum": True, "vacuum_retain": "10 minutes"})
+    )
+    assert line == (
+        "housekeeping.vacuum_retain is under wal.min_vacuum_retention (3600 s): a "
+        "stage still writing has files younger than itself, which vacuum would delete"
+    )
+    kept = config_from_dict(
+        config_dict(
+            wal={"path": "w", "min_vacuum_retention": "5 minutes"},
+            housekeeping={"vacuum": True, "vacuum_retain": "10 minutes"},
+        )
+    ).housekeeping
+    assert kept.vacuum_retain == 600 and kept.interval == 3600
 
 
 def test_zero_is_a_duration_where_it_means_at_once():

@@ -32,6 +32,7 @@ def follow(ctx: click.Context, metrics_port: int | None) -> None:
     Example: wal-sink -c conf/local.toml follow
     """
     from wal_sink.errors import RetryStopped
+    from wal_sink.ops.housekeeping import scheduled
     from wal_sink.protocol.follower import Follower
 
     logging.basicConfig(
@@ -52,7 +53,8 @@ def follow(ctx: click.Context, metrics_port: int | None) -> None:
                 "metrics at http://%s:%d/metrics", host, port
             )
         try:
-            follower.run()
+            with scheduled(sink.config, sink.metrics):
+                follower.run()
         except RetryStopped as e:  # a second signal while MySQL was unreachable
             logging.getLogger("wal_sink.follow").warning("%s", e)
 

@@ -16,6 +16,7 @@ from wal_sink.config.mysql_section import MysqlConfig
 from wal_sink.config.sections import (
     CdcConfig,
     Config,
+    HousekeepingConfig,
     JobConfig,
     RestartConfig,
     SinkConfig,
@@ -115,6 +116,7 @@ def _known(fields: list[str]) -> tuple[str, ...]:
         "cdc.",
         "wal.",
         "source.",
+        "housekeeping.",
     )
 
 
@@ -140,6 +142,7 @@ def _section_class(annotation: Any) -> Any:
             CdcConfig,
             RestartConfig,
             JobConfig,
+            HousekeepingConfig,
             Storage,
         )
     }

@@ -249,6 +249,24 @@ class JobConfig:
 
 
 @dataclass(frozen=True, config=SECTION)
+class HousekeepingConfig:
+    interval: PositiveSeconds = 3600.0
+    """Time between two scheduled purges by the process that commits (the job or
+    the follower); the first runs one interval after the start."""
+    acked_batches_older_than: Seconds | None = None
+    """WAL batches acked longer ago than this go, with their ack rows but the
+    newest; unset: batches are kept. Unacked batches always stay."""
+    quarantine_older_than: Seconds | None = None
+    """Quarantine entries set aside longer ago than this go, open ones included;
+    unset: only the retried entries of purged batches."""
+    vacuum: bool = False
+    """Also delete the WAL's unreferenced files older than ``vacuum_retain``."""
+    vacuum_retain: Seconds = 3600.0
+    """Vacuum keeps unreferenced files younger than this (whole hours, rounded
+    up); at least wal.min_vacuum_retention."""
+
+
+@dataclass(frozen=True, config=SECTION)
 class Config:
     sink: SinkConfig
     """Who the sink is."""
@@ -266,6 +284,9 @@ class Config:
     """The streaming job's settings."""
     storage: Storage = Field(default_factory=Storage)
     """How the job, the CLI and Spark reach S3 WAL and quarantine locations."""
+    housekeeping: HousekeepingConfig | None = None
+    """Purges the job and the follower run on a schedule; unset: none (only
+    ``wal-sink purge`` by hand)."""
 
     @property
     def wal_path(self) -> str:
@@ -328,6 +349,13 @@ class Config:
                         f"{t.where}.tombstone_table: {t.tombstones!r} leaves no room "
                         f"for the truncate table {t.truncates!r}; shorten it"
                     )
+        kept = self.housekeeping
+        if kept and kept.vacuum and kept.vacuum_retain < self.wal.min_vacuum_retention:
+            raise ValueError(
+                f"housekeeping.vacuum_retain is under wal.min_vacuum_retention "
+                f"({self.wal.min_vacuum_retention:g} s): a stage still writing has "
+                "files younger than itself, which vacuum would delete"
+            )
         if self.cdc and m.route_column == self.cdc.op_column:
             raise ValueError("mysql.route_column cannot be cdc.op_column")
         for key, location in (

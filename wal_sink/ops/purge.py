@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from wal_sink import faults
 from wal_sink.config import Target, WalConfig
 from wal_sink.config.spelling import Spelling
 from wal_sink.durations import parse_duration, utc_now
@@ -174,6 +175,7 @@ def execute_purge(sink: SinkInstance, plan: PurgePlan) -> int:
     delete_batches(
         sink.wal.path, sink.wal.storage, list(plan.remove), sink_id=sink.sink_id
     )
+    faults.hit("purge.before_acks", max(plan.remove))
     with sink.engine.begin() as conn:
         return sink.acks.forget(conn, list(plan.remove))
 

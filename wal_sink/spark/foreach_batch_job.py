@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import ExitStack
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -15,6 +16,7 @@ from wal_sink.config import Config
 from wal_sink.errors import StopRequested
 from wal_sink.job.committer_path import CommitterPath
 from wal_sink.metrics import SinkMetrics
+from wal_sink.ops.housekeeping import scheduled
 from wal_sink.protocol.pipeline import Applied, describe
 from wal_sink.protocol.stop_signal import StopSignal
 from wal_sink.spark.parse_errors import ParseFold, can_fold
@@ -103,6 +105,8 @@ class ForeachBatchPath(CommitterPath):
     def __init__(self, config: Config, stop: StopSignal, metrics: SinkMetrics) -> None:
         sink = WalSink(config, on_applied=log_applied, stop=stop, metrics=metrics)
         super().__init__(config, sink, BatchRunner(sink, stop))
+        self.housekeeping = ExitStack()
+        """The scheduled purges, from the start on (ops/housekeeping.py)."""
 
     def start(self, spark: SparkSession, frame: DataFrame) -> None:
         # The query's columns, checked against the target before the lease.
@@ -115,6 +119,11 @@ class ForeachBatchPath(CommitterPath):
                 len(recovered),
                 [r.batch_id for r in recovered],
             )
+        self.housekeeping.enter_context(scheduled(self.config, self.sink.metrics))
+
+    def close(self) -> None:
+        self.housekeeping.close()
+        super().close()
 
     def attach(self, writer: DataStreamWriter) -> DataStreamWriter:
         return writer.foreachBatch(self.runner)

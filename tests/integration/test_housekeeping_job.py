@@ -1,0 +1,54 @@
+"""The job's committer side (``job.writer = "foreach_batch"``) runs the scheduled
+purges of [housekeeping] from its start until it closes: in-process, the job's
+path over a real Spark session, WAL and MariaDB."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+from tests.helpers import JOB, fresh_table, settle, write_config
+from wal_sink.config import load_config
+from wal_sink.metrics import SinkMetrics
+from wal_sink.protocol.stop_signal import StopSignal
+from wal_sink.spark.foreach_batch_job import ForeachBatchPath
+
+SCHEMA = "k STRING, amount DECIMAL(12,2)"
+
+
+def test_job_path_with_housekeeping_purges_applied_batches_until_closed(
+    spark, db, tmp_path
+):
+    fresh_table(db, "kept_job")
+    config = load_config(
+        write_config(
+            tmp_path / "kept_job.toml",
+            db,
+            table="kept_job",
+            job=JOB,
+            sections='[housekeeping]\ninterval = "1s"\nacked_batches_older_than = "0s"',
+        )
+    )
+    metrics = SinkMetrics("kept_job")
+    path = ForeachBatchPath(config, StopSignal(), metrics)
+    frame = spark.createDataFrame([("a", Decimal(1))], SCHEMA)
+    path.start(spark, frame)
+    for b in range(3):
+        path.runner(frame, b)
+    settle(path.sink)
+    deadline = time.monotonic() + 60
+    while True:
+        path.sink.wal.refresh()
+        if not path.sink.wal.staged_batches():
+            break
+        assert time.monotonic() < deadline, "the applied batches stay in the WAL"
+        time.sleep(0.2)
+    path.close()
+    ok = metrics.registry.get_sample_value(
+        "wal_sink_housekeeping_runs_total", {"sink": "kept_job", "outcome": "ok"}
+    )
+    assert ok and ok >= 1
+    assert db.rows("SELECT k, amount FROM kept_job") == [("a", Decimal("3"))]
+    # The newest ack row stays (a run that purged batch 0 while it was the newest
+    # left its ack row too: see the docs' Housekeeping section).
+    assert db.rows("SELECT MAX(batch_id) FROM wal_sink_ack") == [(2,)]
