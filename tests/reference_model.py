@@ -59,7 +59,7 @@ values in place); a ``[cdc]`` delete ends the open record; with
 or a version is set aside; an upsert's values are judged first, as for any row (a
 NULL for a NOT NULL column set aside under ``ignore_null_updates`` too), whatever
 the version; then an upsert at a version its key has an event at (an upsert seen
-again, or a delete there, or one its batch holds) is skipped; a delete replaces an
+again, or a delete there, or one its chunk holds) is skipped; a delete replaces an
 upsert at its version (a delete seen again is skipped). A history keeps no
 tombstones.
 
@@ -68,8 +68,9 @@ purge after time passed (``age_events``: every event applied so far is old) fold
 each key's events up to its newest old one F into its floor (``Floor``): the record
 open at F with its values as of F, or none; the records before that one stay as
 they are. The key's records are then the floor's record, from its start, and the
-events above F; a record at or below F is set aside (FLOOR; an upsert its batch
-deletes the key at the version of is no event, and skipped, first).
+events above F; a record at or below F is set aside (FLOOR; an upsert its chunk
+deletes the key at the version of is no event, and skipped, first; the chunk's
+others at that key and version are one event with it, skipped).
 
 Which sinks are refused at start (``refusal``) is decided from the shape and the
 configs alone: among them a key or version column narrower than the stream's type,
@@ -157,6 +158,9 @@ RANGES = {
     "uint": (0, 2**32 - 1),
 }
 CI = "utf8mb4_general_ci"
+CHUNK_ROWS = 4
+"""``wal.chunk_rows`` of the sinks modelled (the fuzzer's configs): the records a
+history applies together (docs/merge.md: counts follow arrival, chunk by chunk)."""
 STREAM_FSP = 6
 """The stream's timestamps are microseconds."""
 STREAM_SCALE = 4
@@ -513,9 +517,12 @@ class ReferenceModel:
         """A history's floors by collated key (history_retention)."""
         self.aged: set[tuple[tuple, Any]] = set()
         """(key, version) of the events applied before time passed (old)."""
-        self.batch_deletes: set[tuple] = set()
-        """(key, version) of the history deletes of the batch being applied: an
-        upsert there is no event, wherever in the batch."""
+        self.chunk_deletes: set[tuple] = set()
+        """(key, version) of the history deletes of the chunk being applied (its
+        CHUNK_ROWS records): an upsert there is no event, wherever in the chunk."""
+        self.chunk_floored: set[tuple] = set()
+        """(key, version) of the chunk's records set aside below a floor: one
+        event, the chunk's others there skipped."""
         self.effects: Counter = Counter()
         """What the merge did that a feature exists for (``KEPT_NULL``,
         ``TRUNCATED``, ``TRUNCATE_STALE``, ``SPLIT``, ``IN_PLACE``, ``FOLDED``)."""
@@ -638,12 +645,16 @@ class ReferenceModel:
         records = state.batches[batch_id]
         position = {id(r): i for i, r in enumerate(records)}
         sink = self.sinks[sink_id]
-        self.batch_deletes = {
-            (self._key(sink, r), r.get(sink.version))
-            for r in records
-            if sink.scd_type == 2 and self._is_delete(sink, r)
-        }
+        chunks: dict[int, set[tuple]] = {}
+        for i, r in enumerate(records):
+            if sink.scd_type == 2 and self._is_delete(sink, r):
+                key = (self._key(sink, r), r.get(sink.version))
+                chunks.setdefault(i // CHUNK_ROWS, set()).add(key)
+        at = None
         for record in self.routed_order(sink_id, records):
+            if position[id(record)] // CHUNK_ROWS != at:
+                at = position[id(record)] // CHUNK_ROWS
+                self.chunk_deletes, self.chunk_floored = chunks.get(at, set()), set()
             outcome, kinds = self.apply_record(sink_id, record)
             if outcome == QUARANTINED:
                 kept = self.set_aside_record(sink_id, record)
@@ -652,7 +663,7 @@ class ReferenceModel:
                 )
             ack.count(self.table_of(sink_id, record), outcome)
         state.acks[batch_id] = ack
-        self.batch_deletes = set()
+        self.chunk_deletes, self.chunk_floored = set(), set()
 
     def set_aside_record(self, sink_id: str, record: dict[str, Any]) -> dict:
         """The record a row set aside keeps: whole, or, routed to a table, the
@@ -754,6 +765,7 @@ class ReferenceModel:
             by_record = {id(e.record): e for e in entries}
             records = [e.record for e in entries]
             for record in self.routed_order(sink_id, records):
+                self.chunk_floored = set()  # a retry refused again goes one by one
                 if self.apply_record(sink_id, record)[0] != QUARANTINED:
                     by_record[id(record)].is_open = False
 
@@ -1072,10 +1084,13 @@ class ReferenceModel:
         held = events.get(version)
         if held is not None and (held == DELETE or not delete):
             return SKIPPED  # seen again, or an upsert at a delete's version
-        if not delete and (key, version) in self.batch_deletes:
-            return SKIPPED  # its batch deletes the key at its version
+        if not delete and (key, version) in self.chunk_deletes:
+            return SKIPPED  # its chunk deletes the key at its version
         floor = self.floors.get(key)
         if floor is not None and version <= floor.version:
+            if (key, version) in self.chunk_floored:
+                return SKIPPED  # one event with the chunk's first there
+            self.chunk_floored.add((key, version))
             return QUARANTINED, {FLOOR}  # folded: it can no longer be placed
         self.events[key] = {**events, version: DELETE if delete else dict(record)}
         # the event's row keeps the spelling it was first added with (a delete

@@ -695,8 +695,27 @@ def test_events_at_or_below_a_floor_are_set_aside_and_an_upsert_deleted_skipped(
     assert model.state["s1"].acks[1] == Ack(rows=1, quarantined=3)
     run(model, [event(1, 2, n=8), event(1, 2, op="D")])
     assert model.state["s1"].acks[2] == Ack(quarantined=1, skipped=1)
-    assert [e.kinds for e in model.state["s1"].entries] == [{FLOOR}] * 4
+    run(
+        model,
+        [event(1, 1, n=9), event(1, 1, n=9), event(1, 5), event(1, 6), event(1, 1)],
+    )
+    assert model.state["s1"].acks[3] == Ack(rows=2, quarantined=2, skipped=1), (
+        "one event with the first of its chunk, not with another chunk's"
+    )
+    assert [e.kinds for e in model.state["s1"].entries] == [{FLOOR}] * 6
     model.retry("s1")
-    assert len(model.open_entries("s1")) == 4
-    assert spans(model) == [(1, 3, 1, "a", 1), (3, 4, 2, "a", 3), (4, None, 1, "a", 4)]
-    assert model.event_count() == 2, "the floor and the event at 4"
+    assert len(model.open_entries("s1")) == 6, "refused again one by one"
+    assert spans(model) == [(1, 3, 1, "a", 1), (3, 4, 2, "a", 3), (4, None, 1, "a", 6)]
+    assert model.event_count() == 4, "the floor and the events at 4, 5 and 6"
+
+
+def test_an_upsert_counts_apart_from_a_delete_at_its_version_in_another_chunk():
+    """Counts follow arrival chunk by chunk: an upsert whose chunk holds a delete at
+    its version is skipped; one in an earlier chunk than the delete is applied."""
+    model = history()
+    run(
+        model, [event(1, 3), event(2, 1), event(2, 2), event(2, 3), event(1, 3, op="D")]
+    )
+    assert model.state["s1"].acks[0] == Ack(rows=4, deleted=1)
+    run(model, [event(3, 3), event(3, 3, op="D")])
+    assert model.state["s1"].acks[1] == Ack(deleted=1, skipped=1)
