@@ -118,7 +118,7 @@ GROUPS = (
     frozenset({"history", "cdc", "version", "ignore_nulls"}),
     frozenset({"history", "version", "ts_version", "limits", "narrow", "required"}),
     frozenset({"history", "version", "history_shape"}),
-    frozenset({"history", "retention", "cdc", "version", "narrow"}),
+    frozenset({"history", "retention", "version"}),
 )  # fmt: skip
 """The fixed run's examples, one per group of features forced (others drawn):
 together every feature, each with data applied or (REFUSALS) its refusal
