@@ -35,7 +35,9 @@ GRANT SELECT, INSERT, DELETE ON shop.wal_sink_ack_tables TO 'sink'@'%';
 -- GRANT SELECT, INSERT, UPDATE ON shop.items_tombstones_truncate TO 'sink'@'%';
 -- For a history (stored_as_scd_type = 2) `items`, its events table (made by the
 -- job's first start when the grant includes CREATE):
--- GRANT SELECT, INSERT, UPDATE ON shop.items_events TO 'sink'@'%';
+-- GRANT SELECT, INSERT, UPDATE, DELETE ON shop.items_events TO 'sink'@'%';
+-- (DELETE: with mysql.history_retention, purge folds events and a batch removes its
+-- events at or below a key's floor)
 -- Optional: TRIGGER on the target lets the sink see its triggers and refuse one that
 -- rewrites the columns the stream writes (without it the server hides them, and the
 -- sink says so at start). It also lets the user create and drop triggers there.

@@ -235,7 +235,8 @@ def test_a_history_works_with_its_grants(db, items, tmp_path):
         db,
         "history_user",
         "GRANT SELECT, INSERT, UPDATE, DELETE ON shop.items TO 'sink'@'%'",
-        "GRANT CREATE, SELECT, INSERT, UPDATE ON shop.items_events TO 'sink'@'%'",
+        "GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON shop.items_events "
+        "TO 'sink'@'%'",
     )
     cfg = items_config(tmp_path, url, {}, version_column="v", stored_as_scd_type=2)
     apply_staged(cfg, ITEMS, [event("U", 1, 1, 1), event("U", 1, 3, 3)])

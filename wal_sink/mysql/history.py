@@ -67,8 +67,9 @@ def events_table(target: Target) -> str:
 
 def events_upsert(events: Table) -> Insert:
     """The INSERT of events: one seen again changes nothing; a delete replaces an
-    upsert at its sequence; one at a floor's sequence marks the floor as its own
-    (the chunk sets it aside: what was folded cannot be told apart). Left to
+    upsert at its sequence; the first at a floor's sequence marks the floor as its
+    own (the chunk sets it aside: what was folded cannot be told apart; the first
+    applied stays, as at any sequence). Left to
     right: the op last, as MySQL sees earlier results. Literals, not parameters:
     executemany sends one set per row."""
     stmt = insert(events)
@@ -76,8 +77,12 @@ def events_upsert(events: Table) -> Insert:
         stmt.inserted[OP] == literal_column(f"'{DELETE}'"),
         events.c[OP] == literal_column(f"'{UPSERT}'"),
     )
-    floor = events.c[OP].in_(
-        [literal_column(f"'{FLOOR_OPEN}'"), literal_column(f"'{FLOOR_CLOSED}'")]
+    # the first event at a floor marks it (the others there are seen again)
+    floor = and_(
+        events.c[OP].in_(
+            [literal_column(f"'{FLOOR_OPEN}'"), literal_column(f"'{FLOOR_CLOSED}'")]
+        ),
+        events.c[APPLIED_BY] == literal_column(f"'{FLOOR}'"),
     )
     return stmt.on_duplicate_key_update(
         [

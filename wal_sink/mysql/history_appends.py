@@ -43,6 +43,8 @@ from wal_sink.mysql.history import (
 )
 from wal_sink.mysql.identifiers import quoted
 
+SHARED = "LOCK IN SHARE MODE"
+
 
 class HistoryAppends:
     """The statements for one history table and one set of written columns."""
@@ -79,12 +81,15 @@ class HistoryAppends:
                 return f"BINARY h.{c} <=> BINARY {value(c)}"
             return f"h.{c} <=> {value(c)}"
 
+        # every read current and locked, subqueries too (a plain read sees the
+        # transaction's first snapshot: another sink's or a retry's events
+        # committed since would be missed, and their key's new event lost)
         later = (
             f"EXISTS (SELECT 1 FROM {e_name} o WHERE {same_key('o', 'e')} AND "
-            f"o.{seq} > e.{seq})"
+            f"o.{seq} > e.{seq} {SHARED})"
         )
         others = later.replace(">", "<>")
-        rows = f"EXISTS (SELECT 1 FROM {h_name} a WHERE {same_key('a', 'e')})"
+        rows = f"EXISTS (SELECT 1 FROM {h_name} a WHERE {same_key('a', 'e')} {SHARED})"
         # the record open since before s: events before s made it
         open_before = f"h.{end} IS NULL AND h.{start} < e.{seq}"
         new_upsert = f"e.{op} = '{UPSERT}' AND e.{by} LIKE :token"
@@ -101,7 +106,7 @@ class HistoryAppends:
             f"SELECT DISTINCT {', '.join(f'e.{k}' for k in keys)} FROM {by_token} "
             f"WHERE {new} AND NOT (e.{op} = '{UPSERT}' AND (({follows} "
             f"AND EXISTS (SELECT 1 FROM {h_name} h WHERE {same_key('h', 'e')} AND "
-            f"{open_before})) OR ({first})))"
+            f"{open_before} {SHARED})) OR ({first}))) {SHARED}"
         )
         self._insert = text(
             f"INSERT INTO {h_name} ({', '.join(q(n) for n in names)}, {start}, {end}) "
