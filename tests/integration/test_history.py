@@ -10,6 +10,8 @@ import itertools
 import json
 import random
 import threading
+from datetime import datetime
+from decimal import Decimal
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -640,3 +642,25 @@ def test_the_first_of_several_events_at_a_floor_is_set_aside(db, fresh, config):
         sink.close()
     assert [(r["op"], r["v"]) for r in held] == [("D", 3)]
     assert acks(db)[-1] == (1, 0, 0, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "version, span, kind, value",
+    [
+        ("DATETIME(6)", "DATETIME", pa.timestamp("us"), datetime(2026, 1, 1)),
+        ("DECIMAL(10,2)", "BIGINT", pa.decimal128(10, 2), Decimal("1.50")),
+    ],
+)
+def test_a_history_span_narrower_than_its_version_is_refused(
+    db, fresh, config, version, span, kind, value
+):
+    """Two versions would become one record, the second counted as seen again,
+    silently (found by review)."""
+    fresh(
+        f"CREATE TABLE h (k BIGINT NOT NULL, v {version}, __START_AT {span} NOT "
+        f"NULL, __END_AT {span}, PRIMARY KEY (k, __START_AT))"
+    )
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    schema = pa.schema([("op", pa.string()), ("k", I64), ("v", kind)])
+    with pytest.raises(ConfigError, match="take the version column's type"):
+        apply(cfg, schema, [{"op": "U", "k": 1, "v": value}])

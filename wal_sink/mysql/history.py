@@ -111,6 +111,7 @@ def check_history_table(conn: Connection, target: Target) -> None:
     ]
     wanted = [c.lower() for c in (*target.key, START_AT)]
     if START_AT in columns and END_AT in columns and primary == wanted:
+        _check_span_types(conn, target)
         return
     raise ConfigError(
         f"table {target.table!r} is not a history table for {target.where}."
@@ -118,6 +119,24 @@ def check_history_table(conn: Connection, target: Target) -> None:
         f"version column's type) and the primary key ({', '.join(target.key)}, "
         f"{START_AT}) (its primary key: ({', '.join(primary) or 'none'}))"
     )
+
+
+def _check_span_types(conn: Connection, target: Target) -> None:
+    """``__START_AT`` and ``__END_AT`` of the version column's own type: a
+    narrower one (DATETIME beside DATETIME(6), BIGINT beside DECIMAL(10,2)) would
+    make two versions one record, the second event counted as seen again."""
+    types = {name: kind[0] for name, kind in _definitions(conn, target.table).items()}
+    version = types.get((target.version_column or "").lower())
+    if version is None:
+        return  # the history does not keep the version: the stream's is checked
+    for span in (START_AT, END_AT):
+        if types[span.lower()] != version:
+            raise ConfigError(
+                f"table {target.table!r}: {span} is {types[span.lower()]} but the "
+                f"version column {target.version_column} is {version}; a history's "
+                f"{START_AT} and {END_AT} take the version column's type (two "
+                "versions would become one record): ALTER TABLE … MODIFY them"
+            )
 
 
 def ensure_events(engine: Engine, target: Target) -> None:
