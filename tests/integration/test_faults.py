@@ -245,7 +245,8 @@ def test_server_down_for_seconds_mid_batch(spark, db, mariadb, target, make_conf
         time.sleep(0.2)
 
     result = committer.apply(0, on_chunk=crash_server_once)
-    assert restarted.is_set() and result.rows == 6
+    # the committer may reconnect before start() has returned: wait for it
+    assert restarted.wait(timeout=60) and result.rows == 6
     assert target() == {f"k{i}": Decimal(i + 1) for i in range(6)}
     assert db.rows("SELECT batch_id, row_count FROM wal_sink_ack") == [(0, 6)]
 
