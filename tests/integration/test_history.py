@@ -27,6 +27,7 @@ from wal_sink.mysql.history_appends import HistoryAppends
 from wal_sink.ops.purge import run_purge, select_purge
 from wal_sink.ops.quarantine_entries import list_entries
 from wal_sink.ops.quarantine_retry import plan_retry, run_retry
+from wal_sink.ops.replay import plan_replay, run_replay
 from wal_sink.ops.status import collect_status
 from wal_sink.protocol import history_rows
 from wal_sink.protocol.sink_instance import SinkInstance
@@ -664,3 +665,29 @@ def test_a_history_span_narrower_than_its_version_is_refused(
     schema = pa.schema([("op", pa.string()), ("k", I64), ("v", kind)])
     with pytest.raises(ConfigError, match="take the version column's type"):
         apply(cfg, schema, [{"op": "U", "k": 1, "v": value}])
+
+
+def test_a_forced_replay_after_a_fold_sets_aside_what_the_floor_holds(
+    db, fresh, config
+):
+    """A replayed event at or below its key's floor cannot be told from a late
+    one there: it is set aside naming the floor, and the history does not change;
+    an event above the floor is seen again."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], history_retention="1 hour", **RETAINED)
+    apply(cfg, SCHEMA, [up(1, "a", 1, 1), up(1, "b", 1, 3)])
+    age(db)
+    purge(cfg)
+    apply(cfg, SCHEMA, [up(1, "c", 1, 5)], first=1)
+    before = history(db)
+    sink = SinkInstance(cfg)
+    try:
+        run_replay(sink, plan_replay(sink, 0, 1, force=True), force=True)
+    finally:
+        sink.close()
+    assert history(db) == before
+    assert [r.split(":")[0] for r in open_reasons(cfg)] == [
+        "at or below its key's floor 3",
+        "at or below its key's floor 3",
+    ]
+    assert acks(db)[-2:] == [(0, 0, 0, 0, 2), (1, 0, 0, 1, 0)]

@@ -248,6 +248,37 @@ def test_a_history_works_with_its_grants(db, items, tmp_path):
     ]
 
 
+def test_an_events_table_this_user_may_not_alter_names_the_statement(
+    db, items, tmp_path
+):
+    """A column the DBA added to the history must reach its events table: without
+    ALTER there, the start says what to run, in one line; once run, it starts."""
+    db.execute(
+        "CREATE TABLE items (k BIGINT NOT NULL, n BIGINT, v BIGINT, __START_AT "
+        "BIGINT NOT NULL, __END_AT BIGINT, PRIMARY KEY (k, __START_AT))"
+    )
+    url = documented_user(
+        db,
+        "history_no_alter",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON shop.items TO 'sink'@'%'",
+        "GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON shop.items_events "
+        "TO 'sink'@'%'",
+    )
+    cfg = items_config(tmp_path, url, {}, version_column="v", stored_as_scd_type=2)
+    apply_staged(cfg, ITEMS, [event("U", 1, 1, 1)])
+    db.execute("ALTER TABLE items ADD COLUMN note VARCHAR(8) NULL")
+    with pytest.raises(ConfigError) as refused:
+        apply_staged(cfg, ITEMS, [event("U", 1, 2, 2)], first=1)
+    said = str(refused.value)
+    assert "\n" not in said and "may not ALTER" in said
+    db.execute(said.split("run, as a user who may, ")[1])
+    apply_staged(cfg, ITEMS)
+    assert db.rows("SELECT n, __START_AT, __END_AT FROM items ORDER BY 2") == [
+        (1, 1, 2),
+        (2, 2, None),
+    ]
+
+
 def test_auto_create_and_auto_evolve_work_with_their_grants(db, tables, tmp_path):
     """CREATE with the row grants, given before the table exists; then ALTER."""
     db.execute("DROP TABLE IF EXISTS made")

@@ -34,13 +34,16 @@ from sqlalchemy import (
 )
 from sqlalchemy import inspect as inspect_db
 from sqlalchemy.dialects.mysql import Insert, insert
+from sqlalchemy.exc import DBAPIError
 
 from wal_sink.config import Target
 from wal_sink.config.spelling import Spelling
 from wal_sink.config.table_section import END_AT, START_AT
-from wal_sink.errors import ConfigError
+from wal_sink.errors import ConfigError, first_line
+from wal_sink.mysql.engine import SESSION_SQL_MODE
+from wal_sink.mysql.errors import error_code
 from wal_sink.mysql.identifiers import quoted
-from wal_sink.mysql.tables import table_comment
+from wal_sink.mysql.tables import ACCESS_DENIED, table_comment
 
 EVENTS_SUFFIX = "_events"
 SEQUENCE = "_wal_sequence"
@@ -57,6 +60,11 @@ events (ops U and D) or the floors (O and C) name it, so a growing table is neve
 scanned for a chunk."""
 FLOOR = "floor"
 """The ``_wal_applied_by`` of every floor."""
+ZERO_DATES_KEPT = ",".join(
+    m
+    for m in SESSION_SQL_MODE.split(",")
+    if m not in ("NO_ZERO_DATE", "NO_ZERO_IN_DATE")
+)
 COMMENT = "wal_sink events of {}"
 SETTINGS = "; settings "
 
@@ -151,44 +159,23 @@ def ensure_events(engine: Engine, target: Target) -> None:
         data = [c for c in history if c not in (START_AT, END_AT)]
         settings = f"{SETTINGS}{history_settings(target)}"
         if not inspector.has_table(name):
-            keys = ", ".join(quote(k) for k in target.key)
-            conn.execute(
-                text(
-                    f"CREATE TABLE {quote(name)} ({OP} CHAR(1) NOT NULL, "
-                    f"{APPLIED_BY} CHAR(32) NOT NULL, {APPLIED_AT} DATETIME(6) NULL, "
-                    f"PRIMARY KEY ({keys}, {SEQUENCE}), KEY {TOKEN_INDEX} "
-                    f"({OP}, {APPLIED_BY})) "
-                    "ENGINE=InnoDB "
-                    f"COMMENT='{COMMENT.format(target.table)}{settings}' SELECT "
-                    + ", ".join(quote(c) for c in data)
-                    + f", {quote(START_AT)} AS {SEQUENCE}, '' AS {OP}, '' AS "
-                    f"{APPLIED_BY} FROM {quote(target.table)} WHERE FALSE"
-                )
-            )
+            _create_events(conn, target, name, data, settings)
         else:
             _check_settings(conn, target, name, settings)
         _refuse_foreign_rows(conn, target, name)
         indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes(name)}
+        alter = partial(_alter, conn, name)
         if indexes.get(TOKEN_INDEX) != [OP, APPLIED_BY]:  # made before the index
             drop = f"DROP KEY {TOKEN_INDEX}, " if TOKEN_INDEX in indexes else ""
-            conn.execute(
-                text(
-                    f"ALTER TABLE {quote(name)} {drop}ADD KEY {TOKEN_INDEX} "
-                    f"({OP}, {APPLIED_BY})"
-                )
-            )
+            alter(f"{drop}ADD KEY {TOKEN_INDEX} ({OP}, {APPLIED_BY})", "its index")
         if APPLIED_AT not in {c["name"] for c in inspector.get_columns(name)}:
             # made before the time was kept: its events count as older than any
             # retention
-            conn.execute(
-                text(
-                    f"ALTER TABLE {quote(name)} ADD COLUMN {APPLIED_AT} "
-                    "DATETIME(6) NULL"
-                )
-            )
+            alter(f"ADD COLUMN {APPLIED_AT} DATETIME(6) NULL", "its applied time")
         keyed = {k.lower() for k in target.key}
         have = _definitions(conn, name)
         wanted = _definitions(conn, target.table)
+        added = []
         for column in [*data, START_AT]:
             mine = SEQUENCE if column == START_AT else column
             kind = wanted[column.lower()][:3]
@@ -203,12 +190,76 @@ def ensure_events(engine: Engine, target: Target) -> None:
             text_type = (
                 f" CHARACTER SET {charset} COLLATE {collation}" if collation else ""
             )
-            conn.execute(
-                text(
-                    f"ALTER TABLE {quote(name)} {change} {quote(mine)} {kind[0]}"
-                    f"{text_type} {null}"
-                )
+            alter(
+                f"{change} {quote(mine)} {kind[0]}{text_type} {null}",
+                f"the history's column {column} as it is now",
             )
+            if change == "ADD COLUMN":
+                added.append(column)
+        if added:
+            _fill_from_records(conn, target, name, added)
+
+
+def _create_events(
+    conn: Connection, target: Target, name: str, data: list[str], settings: str
+) -> None:
+    """``CREATE TABLE … SELECT`` from the history. Its defaults are copied, a
+    legacy zero date's too: never used (every event sends its values), so taken
+    as they are, strict mode lifted for the statement."""
+    quote = partial(quoted, conn.dialect)
+    keys = ", ".join(quote(k) for k in target.key)
+    conn.execute(text(f"SET SESSION sql_mode = '{ZERO_DATES_KEPT}'"))
+    try:
+        conn.execute(
+            text(
+                f"CREATE TABLE {quote(name)} ({OP} CHAR(1) NOT NULL, "
+                f"{APPLIED_BY} CHAR(32) NOT NULL, {APPLIED_AT} DATETIME(6) NULL, "
+                f"PRIMARY KEY ({keys}, {SEQUENCE}), KEY {TOKEN_INDEX} "
+                f"({OP}, {APPLIED_BY})) ENGINE=InnoDB "
+                f"COMMENT='{COMMENT.format(target.table)}{settings}' SELECT "
+                + ", ".join(quote(c) for c in data)
+                + f", {quote(START_AT)} AS {SEQUENCE}, '' AS {OP}, '' AS "
+                f"{APPLIED_BY} FROM {quote(target.table)} WHERE FALSE"
+            )
+        )
+    finally:
+        conn.execute(text(f"SET SESSION sql_mode = '{SESSION_SQL_MODE}'"))
+
+
+def _alter(conn: Connection, events: str, change: str, needs: str) -> None:
+    """``ALTER TABLE events change``, or one line naming the statement to run
+    when this user may not (an events table of an earlier build, a history
+    changed since)."""
+    statement = f"ALTER TABLE {quoted(conn.dialect, events)} {change}"
+    try:
+        conn.execute(text(statement))
+    except DBAPIError as e:
+        if error_code(e) not in ACCESS_DENIED:
+            raise
+        raise ConfigError(
+            f"the events table {events} needs {needs} and this user may not ALTER "
+            f"it ({first_line(e.orig)}): run, as a user who may, {statement}"
+        ) from None
+
+
+def _fill_from_records(
+    conn: Connection, target: Target, events: str, columns: list[str]
+) -> None:
+    """Columns the history gained (an ALTER filled its rows with the default):
+    each event with values takes the value of the record it falls in, so a key's
+    records computed again from its events keep what the rows hold."""
+    quote = partial(quoted, conn.dialect)
+    keys = " AND ".join(f"e.{quote(k)} = h.{quote(k)}" for k in target.key)
+    sets = ", ".join(f"e.{quote(c)} = h.{quote(c)}" for c in columns)
+    conn.execute(
+        text(
+            f"UPDATE {quote(events)} e JOIN {quote(target.table)} h ON {keys} "
+            f"AND h.{quote(START_AT)} <= e.{SEQUENCE} AND (h.{quote(END_AT)} IS "
+            f"NULL OR e.{SEQUENCE} < h.{quote(END_AT)}) SET {sets} WHERE e.{OP} "
+            f"IN ('{UPSERT}', '{FLOOR_OPEN}')"
+        )
+    )
+    conn.commit()
 
 
 def history_settings(target: Target) -> str:

@@ -1,0 +1,140 @@
+"""A history table whose shape changes under the sink, and the servers it meets:
+a column added with a default, a TIMESTAMP version on a server of old defaults,
+and an events table of an earlier release (docs/merge.md, "History")."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pytest
+
+from tests.helpers import apply_staged as apply
+from tests.helpers import open_reasons
+from wal_sink.errors import ConfigError
+
+I64 = pa.int64()
+SCHEMA = pa.schema(
+    [("op", pa.string()), ("k", I64), ("label", pa.string()), ("v", I64)]
+)
+WIDER = SCHEMA.append(pa.field("c", I64))
+TABLE = (
+    "CREATE TABLE h (k BIGINT NOT NULL, label VARCHAR(8), v BIGINT, "
+    "__START_AT BIGINT NOT NULL, __END_AT BIGINT, PRIMARY KEY (k, __START_AT))"
+)
+CDC = {"op_column": "op", "order_by": "v"}
+
+
+def up(k, label, v, **more) -> dict:
+    return {"op": "U", "k": k, "label": label, "v": v, **more}
+
+
+def history(db, columns: str = "k, label, v") -> list[tuple]:
+    return db.rows(
+        f"SELECT {columns}, __START_AT, __END_AT FROM h ORDER BY k, __START_AT"
+    )
+
+
+def test_a_column_added_with_a_default_keeps_it_in_records_a_late_event_splits(
+    db, fresh, config
+):
+    """The rows the ALTER filled hold the default while the events before it
+    hold nothing: a late event recomputes the key's records from its events, so
+    those take the values of the records they fell in at the next start, and the
+    records keep the default (NOT NULL: a NULL there would refuse the key)."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(cfg, SCHEMA, [up(1, "a", 1), up(2, "b", 1)], [up(1, "b", 5)])
+    db.execute("ALTER TABLE h ADD COLUMN c BIGINT NOT NULL DEFAULT 7")
+    apply(cfg, WIDER, [up(1, "x", 3, c=8), up(2, "y", 4, c=9)], first=2)
+    assert open_reasons(cfg) == []
+    assert history(db, "k, label, v, c") == [
+        (1, "a", 1, 7, 1, 3),
+        (1, "x", 3, 8, 3, 5),
+        (1, "b", 5, 7, 5, None),
+        (2, "b", 1, 7, 1, 4),
+        (2, "y", 4, 9, 4, None),
+    ]
+
+
+def test_a_column_the_stream_does_not_send_keeps_its_default_in_split_records(
+    db, fresh, config
+):
+    """A column added to the history that the stream never sends: a late event's
+    record and the records it splits keep what the table holds (its default)."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(cfg, SCHEMA, [up(1, "a", 1)], [up(1, "b", 5)])
+    db.execute("ALTER TABLE h ADD COLUMN c BIGINT NOT NULL DEFAULT 7")
+    apply(cfg, SCHEMA, [up(1, "x", 3)], first=2)
+    assert open_reasons(cfg) == []
+    assert history(db, "k, label, v, c") == [
+        (1, "a", 1, 7, 1, 3),
+        (1, "x", 3, 7, 3, 5),
+        (1, "b", 5, 7, 5, None),
+    ]
+
+
+def legacy(db, ddl: str) -> None:
+    """``ddl`` run as on a server of old defaults: explicit_defaults_for_timestamp
+    OFF and no strict mode (a TIMESTAMP NOT NULL takes a zero default, the first
+    one DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP)."""
+    with db.connect() as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION explicit_defaults_for_timestamp = OFF, sql_mode = ''")
+        cur.execute(ddl)
+
+
+STAMPED = pa.schema(
+    [
+        ("op", pa.string()),
+        ("k", I64),
+        ("label", pa.string()),
+        ("v", pa.timestamp("us", tz="UTC")),
+    ]
+)
+AT = [datetime(2026, 1, d, tzinfo=timezone.utc) for d in (1, 2, 3)]
+NAIVE = [a.replace(tzinfo=None) for a in AT]
+
+
+def test_a_timestamp_history_made_with_a_zero_default_start_takes_events(
+    db, fresh, config
+):
+    """Its __START_AT made NOT NULL with a zero default (a legacy server's): the
+    events table made from it must not copy what strict mode refuses, and a delete
+    replacing an upsert at its sequence keeps the sequence."""
+    fresh()
+    legacy(
+        db,
+        "CREATE TABLE h (k BIGINT NOT NULL, label VARCHAR(8), v TIMESTAMP(6) NULL, "
+        "__START_AT TIMESTAMP(6) NOT NULL, __END_AT TIMESTAMP(6) NULL, "
+        "PRIMARY KEY (k, __START_AT))",
+    )
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(
+        cfg,
+        STAMPED,
+        [up(1, "a", AT[0]), up(1, "b", AT[2])],
+        [{"op": "D", "k": 1, "label": None, "v": AT[2]}, up(1, "c", AT[1])],
+    )
+    assert history(db) == [
+        (1, "a", NAIVE[0], NAIVE[0], NAIVE[1]),
+        (1, "c", NAIVE[1], NAIVE[1], NAIVE[2]),
+    ]
+
+
+def test_a_history_whose_start_updates_itself_is_refused_at_start(db, fresh, config):
+    """__START_AT as a legacy server makes a first TIMESTAMP NOT NULL: ON UPDATE
+    CURRENT_TIMESTAMP would move a record's start (its key) whenever the sink ends
+    it. Refused in one line that says the ALTER."""
+    fresh()
+    legacy(
+        db,
+        "CREATE TABLE h (k BIGINT NOT NULL, __START_AT TIMESTAMP(6) NOT NULL, "
+        "__END_AT TIMESTAMP(6) NULL, label VARCHAR(8), v TIMESTAMP(6) NULL, "
+        "PRIMARY KEY (k, __START_AT))",
+    )
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    with pytest.raises(ConfigError, match="ON UPDATE") as refused:
+        apply(cfg, STAMPED, [up(1, "a", AT[0])])
+    assert "\n" not in str(refused.value)
+    assert db.rows("SELECT COUNT(*) FROM h") == [(0,)]
