@@ -272,7 +272,7 @@ options = {{ maxFilesPerTrigger = 1 }}""",
     children = [
         line
         for line in lines
-        if "wal_sink.job.follower_child" in line and str(config) in line
+        if "wal_sink.cli.follower_process" in line and str(config) in line
     ]
     assert not children, "no follower outlives its job"
 
