@@ -718,13 +718,16 @@ class ReferenceModel:
 
     def purge(self, sink_id: str, before: int) -> None:
         """``purge --before N``: acked batches below N leave the WAL with their ack
-        rows (the newest ack row stays); the sink's expired tombstones go, but
-        never one of a key with an open quarantined upsert."""
+        rows, and so do the ack rows an earlier purge left of batches below them no
+        longer in the WAL (the newest ack row stays); the sink's expired tombstones
+        go, but never one of a key with an open quarantined upsert."""
         state = self.state[sink_id]
         newest = max(state.acks, default=None)
-        for batch_id in [b for b in state.batches if b < before and b in state.acks]:
+        removed = [b for b in state.batches if b < before and b in state.acks]
+        for batch_id in removed:
             del state.batches[batch_id]
-            if batch_id != newest:
+        for batch_id in [b for b in state.acks if removed and b <= max(removed)]:
+            if batch_id != newest and batch_id not in state.batches:
                 del state.acks[batch_id]
         sink = self.sinks[sink_id]
         if sink.retention:

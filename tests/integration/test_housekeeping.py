@@ -105,6 +105,30 @@ def test_scheduled_run_with_unacked_batches_removes_only_old_acked_ones(
     ]
 
 
+def test_the_ack_row_of_a_batch_purged_while_newest_goes_with_a_later_purge(
+    config_path, db
+):
+    """A sink idle past the retention: its newest batch leaves the WAL and its ack
+    row stays (the newest). A later run, purging newer batches, drops it too."""
+    config = load_config(config_path)
+    housekeeping = Housekeeping(config, config.housekeeping, SinkMetrics("kept"))
+    stage(config, 0)
+    sink = SinkInstance(config)
+    sink.start().apply(0)
+    time.sleep(1.1)  # the ack rows' time is in whole seconds
+    assert housekeeping.run_once() is not None
+    assert (in_wal(config), acked(db)) == ([], [0])
+    stage(config, 1, 2)
+    committer = sink.start()
+    committer.apply(1)
+    committer.apply(2)
+    time.sleep(1.1)
+    assert housekeeping.run_once() is not None
+    sink.close()
+    assert (in_wal(config), acked(db)) == ([], [2])
+    assert db.rows("SELECT k, amount FROM kept") == [("a", Decimal("6"))]
+
+
 def test_follower_with_housekeeping_purges_on_schedule_and_fails_without_stopping(
     config_path, db, monkeypatch, caplog
 ):

@@ -10,8 +10,8 @@ the entry is retried or purged.
 The plan is computed from the ack table; a batch that has an ack can never lose it
 before its files are gone, so a plan stays safe while it is carried out. Ack rows
 are dropped only after the batches left the WAL (a crash in between leaves acks of
-purged batches, which is harmless), and the newest ack row always stays: recovery
-and the checkpoint check (I7) start from it.
+purged batches, which the next purge drops), and the newest ack row always stays:
+recovery and the checkpoint check (I7) start from it.
 
 ``wal-sink purge`` selects first (``select_purge``: reads only, after claiming the
 tables), then runs in this order (``run_purge``): tombstones, history events
@@ -170,14 +170,19 @@ def plan_purge(
 
 
 def execute_purge(sink: SinkInstance, plan: PurgePlan) -> int:
-    """Remove the plan's batches from the WAL, then their ack rows; returns how many
-    ack rows were dropped."""
+    """Remove the plan's batches from the WAL, then their ack rows and those an
+    earlier purge left below them (the newest ack row then, or a run killed
+    between the two steps): every acked batch below the newest removed one that is
+    no longer in the WAL. Returns how many ack rows were dropped."""
     delete_batches(
         sink.wal.path, sink.wal.storage, list(plan.remove), sink_id=sink.sink_id
     )
     faults.hit("purge.before_acks", max(plan.remove))
+    sink.wal.refresh()
+    staged = sink.wal.staged_batches()
     with sink.engine.begin() as conn:
-        return sink.acks.forget(conn, list(plan.remove))
+        below = sink.acks.committed_at(conn, 0, max(plan.remove))
+        return sink.acks.forget(conn, sorted(b for b in below if b not in staged))
 
 
 def check_retention(wal: WalConfig, retain: str, retain_seconds: float) -> None:
