@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 from rich.console import Console
+from sqlalchemy import Engine, event
 
 from tests.helpers import apply_staged as apply
 from tests.helpers import open_reasons
@@ -351,6 +352,56 @@ def test_a_late_event_after_an_in_place_update_splits_the_open_record(
         (1, "a", 1, 1, 1, 2),
         (1, "b", 0, 2, 2, 3),
         (1, "a", 2, 3, 3, None),
+    ]
+
+
+def test_a_chunk_whose_upserts_all_append_reads_no_keys_back(
+    db, fresh, config, monkeypatch
+):
+    """One chunk updates key 1, sends key 2's values again (its open record takes
+    the new version in place), opens key 4 and brings a late event of key 3: only
+    key 3 is read back and computed whole. A chunk that updates key 1 and opens
+    key 5 reads no key back: its counts say every upsert appended
+    (mysql/history_appends.py)."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    batches = [
+        [up(1, "a", 1, 1), up(2, "b", 1, 1), up(3, "c", 1, 1)],
+        [up(3, "c", 2, 5)],
+        [up(4, "d", 1, 6), up(1, "a2", 1, 6), up(2, "b", 1, 6), up(3, "x", 1, 3)],
+        [up(1, "a3", 1, 7), up(5, "e", 1, 7)],
+    ]
+    apply(cfg, SCHEMA, *batches[:2])
+    computed, reads = [], []
+    real = history_rows.rewrite
+
+    def rewrite(*args):
+        computed.append(args[4])
+        return real(*args)
+
+    def read(conn, cursor, statement, *rest):
+        if statement.startswith("SELECT DISTINCT"):
+            reads.append(statement)
+
+    monkeypatch.setattr(history_rows, "rewrite", rewrite)
+    event.listen(Engine, "before_cursor_execute", read)
+    try:
+        apply(cfg, SCHEMA, batches[2], first=2)
+        assert (computed, len(reads)) == ([[(3,)]], 1)
+        apply(cfg, SCHEMA, batches[3], first=3)
+        assert (computed, len(reads)) == ([[(3,)]], 1)
+    finally:
+        event.remove(Engine, "before_cursor_execute", read)
+    assert history(db) == [
+        (1, "a", 1, 1, 1, 6),
+        (1, "a2", 1, 6, 6, 7),
+        (1, "a3", 1, 7, 7, None),
+        (2, "b", 1, 6, 1, None),
+        (3, "c", 1, 1, 1, 3),
+        (3, "x", 1, 3, 3, 5),
+        (3, "c", 2, 5, 5, None),
+        (4, "d", 1, 6, 6, None),
+        (5, "e", 1, 7, 7, None),
     ]
 
 

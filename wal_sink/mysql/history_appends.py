@@ -16,6 +16,12 @@ Python from all its events (protocol/history_rows.py). The events of the chunk a
 found by the token their ``_wal_applied_by`` starts with (indexed), so no list of
 keys is sent. A key's floor (mysql/history_floors.py) counts as one of its events.
 
+The writes come first and the keys left are looked for only when the counts say
+some are: the read that counts the chunk's events by op also counts those with a
+later event of their key; with none, no delete, and as many upserts as open
+records the UPDATE met plus new keys the INSERT opened, every upsert appended.
+That read, and the one for the keys left, are of current rows with shared locks.
+
 Equality is Python's, as the function compares values read back: text byte for
 byte (``BINARY``, trailing spaces count), others by value. A tracked FLOAT column
 is read back rounded to its display, so two stored values can read back equal:
@@ -89,36 +95,32 @@ class HistoryAppends:
             f"o.{seq} > e.{seq} {SHARED})"
         )
         others = later.replace(">", "<>")
-        rows = f"EXISTS (SELECT 1 FROM {h_name} a WHERE {same_key('a', 'e')} {SHARED})"
         # the record open since before s: events before s made it
         open_before = f"h.{end} IS NULL AND h.{start} < e.{seq}"
         new_upsert = f"e.{op} = '{UPSERT}' AND e.{by} LIKE :token"
         new = f"e.{op} IN ('{UPSERT}', '{DELETE}') AND e.{by} LIKE :token"
         same = " AND ".join(equal(history.c[c].name) for c in tracked) or "TRUE"
-        # the key's newest event (several new events of one key in the chunk: the
-        # earlier ones are left, and so the key), or a new key's only one. The two
-        # writes below do not test it again: a key any of whose new events is left
-        # is computed whole after them, which makes all its rows right
-        follows = f"NOT {later}"
-        first = f"NOT {others} AND NOT {rows}"
+        columns = f"({', '.join(q(n) for n in names)}, {start}, {end})"
         self.usable = not any(isinstance(history.c[c].type, FLOAT) for c in tracked)
-        self._left = text(
-            f"SELECT DISTINCT {', '.join(f'e.{k}' for k in keys)} FROM {by_token} "
-            f"WHERE {new} AND NOT (e.{op} = '{UPSERT}' AND (({follows} "
-            f"AND EXISTS (SELECT 1 FROM {h_name} h WHERE {same_key('h', 'e')} AND "
-            f"{open_before} {SHARED})) OR ({first}))) {SHARED}"
+        self._counts = text(
+            f"SELECT e.{op}, COUNT(*), SUM({later}) FROM {by_token} WHERE {new} "
+            f"GROUP BY e.{op} {SHARED}"
         )
+        # the writes do not test "no later event": a key any of whose new events
+        # is left is computed whole after them, which makes all its rows right.
+        # The record that follows an open one whose tracked values change, its
+        # key spelt as the open record's (the key's first event's)
         self._insert = text(
-            f"INSERT INTO {h_name} ({', '.join(q(n) for n in names)}, {start}, {end}) "
-            f"SELECT {', '.join(f'COALESCE(h.{k}, e.{k})' for k in keys)}, "
+            f"INSERT INTO {h_name} {columns} SELECT "
+            f"{', '.join(f'h.{k}' for k in keys)}, "
             f"{', '.join(value(c) for c in cols)}{', ' if cols else ''}e.{seq}, NULL "
-            f"FROM {by_token} LEFT JOIN {h_name} h ON {same_key('h', 'e')} AND "
-            f"{open_before} WHERE {new_upsert} AND ((h.{start} IS NOT NULL AND "
-            f"NOT ({same})) OR (h.{start} IS NULL AND {first}))"
+            f"FROM {by_token} JOIN {h_name} h ON {same_key('h', 'e')} AND "
+            f"{open_before} WHERE {new_upsert} AND NOT ({same})"
         )
         # the open record the INSERT above followed ends at s, or takes the
         # upsert's values in place; the tracked columns compare the same before
-        # and after either assignment, so the end is assigned last
+        # and after either assignment, so the end is assigned last. Its rowcount
+        # is the open records met (the dialect's FOUND_ROWS)
         sets = [f"h.{c} = IF({same}, {value(c)}, h.{c})" for c in cols]
         self._update = text(
             f"UPDATE {h_name} h JOIN {by_token} ON {same_key('h', 'e')} AND "
@@ -126,8 +128,37 @@ class HistoryAppends:
             + ", ".join([*sets, f"h.{end} = IF({same}, NULL, e.{seq})"])
             + f" WHERE {new_upsert}"
         )
-        self._counts = text(
-            f"SELECT e.{op}, COUNT(*) FROM {by_token} WHERE {new} GROUP BY e.{op}"
+
+        def no_rows(but_at_s: bool = False) -> str:
+            """No row of e's key (``but_at_s``: but the one starting at s)."""
+            other = f" AND a.{start} <> e.{seq}" if but_at_s else ""
+            return (
+                f"NOT EXISTS (SELECT 1 FROM {h_name} a WHERE {same_key('a', 'e')}"
+                f"{other} {SHARED})"
+            )
+
+        # a new key's only event: no other event, no row
+        first = f"NOT {others} AND {no_rows()}"
+        self._first = text(
+            f"INSERT INTO {h_name} {columns} SELECT "
+            f"{', '.join(f'e.{k}' for k in keys)}, "
+            f"{', '.join(f'e.{c}' for c in cols)}{', ' if cols else ''}e.{seq}, NULL "
+            f"FROM {by_token} WHERE {new_upsert} AND {first}"
+        )
+        # the keys left, read after the writes: an upsert appended if it is its
+        # key's newest event and the record open before it was met (it is still
+        # open, or ends at s), or if it opened a new key (its key's only row is
+        # the one starting at s)
+        met = (
+            f"EXISTS (SELECT 1 FROM {h_name} h WHERE {same_key('h', 'e')} AND "
+            f"h.{start} < e.{seq} AND (h.{end} IS NULL OR h.{end} = e.{seq}) "
+            f"{SHARED})"
+        )
+        opened = f"NOT {others} AND {no_rows(but_at_s=True)}"
+        self._left = text(
+            f"SELECT DISTINCT {', '.join(f'e.{k}' for k in keys)} FROM {by_token} "
+            f"WHERE {new} AND NOT (e.{op} = '{UPSERT}' AND ((NOT {later} AND "
+            f"{met}) OR ({opened}))) {SHARED}"
         )
 
     def apply(
@@ -137,9 +168,14 @@ class HistoryAppends:
         return the other keys it touched (for the Python path) and how many
         events of each op the chunk added."""
         args = {"token": f"{token}%"}  # each event: the token and its row
-        left = [tuple(r) for r in conn.execute(self._left, args)]
-        conn.execute(self._insert, args)
-        conn.execute(self._update, args)
         new = {UPSERT: 0, DELETE: 0}
-        new.update({op: n for op, n in conn.execute(self._counts, args)})
-        return left, new
+        later = 0
+        for op, count, followed in conn.execute(self._counts, args):
+            new[op], later = count, later + followed
+        conn.execute(self._insert, args)
+        appended = conn.execute(self._update, args).rowcount
+        if appended < new[UPSERT]:
+            appended += conn.execute(self._first, args).rowcount
+        if later or new[DELETE] or appended != new[UPSERT]:
+            return [tuple(r) for r in conn.execute(self._left, args)], new
+        return [], new
