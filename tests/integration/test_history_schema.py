@@ -10,8 +10,9 @@ import pyarrow as pa
 import pytest
 
 from tests.helpers import apply_staged as apply
-from tests.helpers import open_reasons
-from wal_sink.errors import ConfigError
+from tests.helpers import open_reasons, stage_rows
+from wal_sink.errors import ConfigError, TerminalError
+from wal_sink.protocol.sink_instance import SinkInstance
 
 I64 = pa.int64()
 SCHEMA = pa.schema(
@@ -72,6 +73,59 @@ def test_a_column_the_stream_does_not_send_keeps_its_default_in_split_records(
         (1, "a", 1, 7, 1, 3),
         (1, "x", 3, 7, 3, 5),
         (1, "b", 5, 7, 5, None),
+    ]
+
+
+def test_a_column_the_history_gains_while_the_sink_runs_stops_it_then_is_written(
+    db, fresh, config
+):
+    """The stream sends a column added to the history after the sink started:
+    the events table has it only from the next start, so the running sink stops
+    naming it rather than drop its values; the restart applies the batch."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    stage_rows(cfg, 0, [up(1, "a", 1)], SCHEMA)
+    stage_rows(cfg, 1, [up(1, "x", 3, c=9)], WIDER)
+    sink = SinkInstance(cfg)
+    try:
+        committer = sink.start()
+        committer.apply(0)
+        db.execute("ALTER TABLE h ADD COLUMN c BIGINT NOT NULL DEFAULT 7")
+        with pytest.raises(TerminalError, match="column.* c .*restart") as stopped:
+            committer.apply(1)
+    finally:
+        sink.close()
+    assert "\n" not in str(stopped.value)
+    apply(cfg, WIDER)
+    assert history(db, "k, label, v, c") == [
+        (1, "a", 1, 7, 1, 3),
+        (1, "x", 3, 9, 3, None),
+    ]
+
+
+def test_a_column_another_sinks_start_added_to_the_events_is_written(db, fresh, config):
+    """Two sinks on one history: the other's start added the history's new
+    column to the events table; this one, running since before, writes it."""
+    fresh(TABLE)
+    first = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    second = config(
+        "h", ["k"], sink="s2", cdc=CDC, version_column="v", stored_as_scd_type=2
+    )
+    stage_rows(second, 0, [up(2, "a", 1)], SCHEMA)
+    stage_rows(second, 1, [up(2, "x", 3, c=9)], WIDER)
+    sink = SinkInstance(second)
+    try:
+        committer = sink.start()
+        committer.apply(0)
+        db.execute("ALTER TABLE h ADD COLUMN c BIGINT NOT NULL DEFAULT 7")
+        apply(first, WIDER, [up(1, "a", 1, c=8)])
+        committer.apply(1)
+    finally:
+        sink.close()
+    assert history(db, "k, label, v, c") == [
+        (1, "a", 1, 8, 1, None),
+        (2, "a", 1, 7, 1, 3),
+        (2, "x", 3, 9, 3, None),
     ]
 
 

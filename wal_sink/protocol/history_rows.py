@@ -165,11 +165,12 @@ class HistoryApplier:
     ) -> AppliedRows:
         """``render``: the session reads text rendered in Arrow exactly."""
         mysql, cdc = self.mysql, self.config.cdc
-        events = self.events(conn)
         names = chunk.schema.names
         if frozenset(names) not in self._checked:
             check_writes(conn, self.config, mysql, names)  # as the start does
+            self._refuse_unkept(conn, names)
             self._checked.add(frozenset(names))
+        events = self.events(conn)
         written = [n for n in names if n in events.c and n not in (SEQUENCE, OP)]
         if render and (fast := self._by_arrow(conn, chunk, written)) is not None:
             return fast
@@ -201,6 +202,29 @@ class HistoryApplier:
         return AppliedRows(set_aside=bad) + self._isolated(
             conn, params, recorded, written
         )
+
+    def _refuse_unkept(self, conn: Connection, names: Sequence[str]) -> None:
+        """Stop (TerminalError) before a stream column the events table lacks is
+        dropped from every record: the history gained it after this sink started
+        (the events table reflected again first: another sink's start may have
+        added it there), or the history lost it since the batch was staged."""
+        op = self.config.cdc.op_column.lower() if self.config.cdc else None
+
+        def unkept() -> list[str]:
+            kept = self.events(conn).c
+            return [n for n in names if n not in kept and n.lower() != op]
+
+        if unkept():
+            self.refresh()
+            if lacking := unkept():
+                raise TerminalError(
+                    f"stream column(s) {', '.join(lacking)} are not columns of the "
+                    f"events table {events_table(self.mysql)}: if the history has "
+                    "them now, restart the sink (its start adds them there); if "
+                    "not, add them to the history or leave them out of the stream "
+                    "([transform])",
+                    table=self.mysql.table,
+                )
 
     def _isolated(
         self,
