@@ -282,7 +282,7 @@ def run_stream(spark, sink: WalSink, landing: Path, checkpoint: Path) -> None:
 
 
 def landing_config(
-    db, tmp_path: Path, name: str, extra: str = "", job: str = JOB
+    db, tmp_path: Path, name: str, extra: str = "", job: str = JOB, wal: str = ""
 ) -> Path:
     landing = tmp_path / "landing"
     landing.mkdir(exist_ok=True)
@@ -301,6 +301,7 @@ path = "{landing}"
 schema = "k STRING, amount DECIMAL(12,2)"
 options = {{ maxFilesPerTrigger = 1 }}""",
         table=name,
+        wal=wal,
         job=f"{job}\n{extra}",
     )
 

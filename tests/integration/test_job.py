@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from decimal import Decimal
@@ -296,19 +297,67 @@ def test_datasource_writer_with_a_reset_checkpoint_exits_two_at_once(db, tmp_pat
 
 def test_job_runs_unchanged_on_a_standalone_cluster(db, tmp_path):
     """A master and a worker from pyspark's own classes; executors are separate JVMs;
-    the WAL is on a filesystem every node (here: process) sees."""
-    fresh_table(db, "cluster")
-    config = landing_config(db, tmp_path, "cluster")
+    the WAL is on a filesystem every node (here: process) sees. The executors write
+    every batch (``wal.driver_stage_rows = 0``) and cannot start the job's Python
+    (``python_on_driver_only``): the default writer sends them no Python function."""
+    job = run_on_cluster(db, tmp_path, "cluster")
+    assert job.wait() == 0, job.tail()
+    executors = list((tmp_path / "work").glob("app-*/*"))
+    assert executors, "no executor JVM ran on the worker"
+    spark_files = list((tmp_path / "wal").rglob("part-*-c000.snappy.parquet"))
+    assert len(spark_files) == 3, "a batch was not Spark's Parquet write"
+    assert totals(db, "cluster") == {"a": Decimal("3.00")}
+
+
+def test_datasource_writer_on_a_cluster_whose_executors_lack_python_fails(db, tmp_path):
+    """The control of the test above: the same cluster and Python set-up with
+    ``job.writer = "datasource"``, whose writer is Python run on the executors."""
+    job = run_on_cluster(
+        db,
+        tmp_path,
+        "cluster_ds",
+        'writer = "datasource"\nrestart = { strategy = "none" }',
+    )
+    assert job.wait() == 1, job.tail()
+    assert 'Cannot run program "driver-python"' in job.text()
+    assert totals(db, "cluster_ds") == {}
+
+
+def run_on_cluster(db, tmp_path: Path, name: str, extra: str = "") -> JobProcess:
+    """Drain the three landing files through the job on a standalone cluster whose
+    executors write every batch and cannot start the job's Python; return the
+    finished job."""
+    fresh_table(db, name)
+    config = landing_config(db, tmp_path, name, extra, wal="driver_stage_rows = 0")
     env = job_env()
     with standalone_cluster(tmp_path, env) as master:
         job = JobProcess(
             config,
             tmp_path / "job.log",
             "--available-now",
-            env=env,
+            env=python_on_driver_only(tmp_path, env),
             submit_args=("--master", master, "--conf", "spark.executor.memory=512m"),
         )
-        assert job.wait() == 0, job.tail()
-    executors = list((tmp_path / "work").glob("app-*/*"))
-    assert executors, "no executor JVM ran on the worker"
-    assert totals(db, "cluster") == {"a": Decimal("3.00")}
+        job.wait()
+    return job
+
+
+def python_on_driver_only(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the job's Python named ``driver-python``, a command only this
+    environment's PATH finds. Every Python function Spark sends to an executor names
+    the Python to start for it: a UDF's or an RDD's the driver Python's
+    PYSPARK_PYTHON, a ``pyspark_*`` data source's the driver JVM's
+    PYSPARK_DRIVER_PYTHON, else PYSPARK_PYTHON (``spark.pyspark.python`` reaches the
+    former only). Executors started by a worker without this PATH cannot start it,
+    as on a node without Python."""
+    bin_dir = tmp_path / "driver-bin"
+    bin_dir.mkdir()
+    python = bin_dir / "driver-python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    return {
+        **env,
+        "PYSPARK_PYTHON": python.name,
+        "PYSPARK_DRIVER_PYTHON": python.name,
+        "PATH": f"{bin_dir}:{env['PATH']}",
+    }
