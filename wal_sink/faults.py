@@ -19,7 +19,8 @@ follower reads the next version of the WAL's log; BATCH is that version),
 transaction of a batch's entries), ``repair.before_commit`` (``verify --repair``'s
 transaction of repair BATCH, its rows written and acked), ``purge.before_acks`` (a
 purge removed its batches from the WAL and not yet their ack rows; BATCH is the
-newest it removed).
+newest it removed), ``history.before_fill`` (a start added columns to an events
+table and has not filled them from the history yet; BATCH is 0).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ POINTS = (
     "follow.poll",
     "repair.before_commit",
     "purge.before_acks",
+    "history.before_fill",
 )
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import apply_staged as apply
 from tests.helpers import open_reasons, stage_rows
+from wal_sink import faults
 from wal_sink.errors import ConfigError, TerminalError
 from wal_sink.protocol.sink_instance import SinkInstance
 
@@ -74,6 +75,33 @@ def test_a_column_the_stream_does_not_send_keeps_its_default_in_split_records(
         (1, "x", 3, 7, 3, 5),
         (1, "b", 5, 7, 5, None),
     ]
+
+
+def test_a_start_stopped_before_filling_an_added_column_fills_it_at_the_next(
+    db, fresh, config, monkeypatch
+):
+    """A start that added the history's new column to the events table and
+    stopped before filling it (killed, or the fill failed): the next start fills
+    it, so a late event that splits a record keeps the default."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(cfg, SCHEMA, [up(1, "a", 1)], [up(1, "b", 5)])
+    db.execute("ALTER TABLE h ADD COLUMN c BIGINT NOT NULL DEFAULT 7")
+    monkeypatch.setenv(faults.ENV, "history.before_fill::raise")
+    with pytest.raises(faults.InjectedFault):
+        apply(cfg, WIDER, [up(1, "x", 3, c=8)], first=2)
+    monkeypatch.delenv(faults.ENV)
+    apply(cfg, WIDER)
+    assert open_reasons(cfg) == []
+    assert history(db, "k, label, v, c") == [
+        (1, "a", 1, 7, 1, 3),
+        (1, "x", 3, 8, 3, 5),
+        (1, "b", 5, 7, 5, None),
+    ]
+    assert db.rows(
+        "SELECT COLUMN_COMMENT FROM information_schema.COLUMNS WHERE TABLE_SCHEMA "
+        "= DATABASE() AND TABLE_NAME = 'h_events' AND COLUMN_NAME = 'c'"
+    ) == [("",)]
 
 
 def test_a_column_the_history_gains_while_the_sink_runs_stops_it_then_is_written(

@@ -252,7 +252,8 @@ def test_an_events_table_this_user_may_not_alter_names_the_statement(
     db, items, tmp_path
 ):
     """A column the DBA added to the history must reach its events table: without
-    ALTER there, the start says what to run, in one line; once run, it starts."""
+    ALTER there, the start says what to run, in one line; once run, the next start
+    fills it and says the statement that marks it filled; once run, it starts."""
     db.execute(
         "CREATE TABLE items (k BIGINT NOT NULL, n BIGINT, v BIGINT, __START_AT "
         "BIGINT NOT NULL, __END_AT BIGINT, PRIMARY KEY (k, __START_AT))"
@@ -272,6 +273,9 @@ def test_an_events_table_this_user_may_not_alter_names_the_statement(
     said = str(refused.value)
     assert "\n" not in said and "may not ALTER" in said
     db.execute(said.split("run, as a user who may, ")[1])
+    with pytest.raises(ConfigError, match="note marked filled") as refused:
+        apply_staged(cfg, ITEMS)
+    db.execute(str(refused.value).split("run, as a user who may, ")[1])
     apply_staged(cfg, ITEMS)
     assert db.rows("SELECT n, __START_AT, __END_AT FROM items ORDER BY 2") == [
         (1, 1, 2),

@@ -20,6 +20,7 @@ start.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from functools import partial
 
 from sqlalchemy import (
@@ -36,6 +37,7 @@ from sqlalchemy import inspect as inspect_db
 from sqlalchemy.dialects.mysql import Insert, insert
 from sqlalchemy.exc import DBAPIError
 
+from wal_sink import faults
 from wal_sink.config import Target
 from wal_sink.config.spelling import Spelling
 from wal_sink.config.table_section import END_AT, START_AT
@@ -66,6 +68,8 @@ ZERO_DATES_KEPT = ",".join(
     if m not in ("NO_ZERO_DATE", "NO_ZERO_IN_DATE")
 )
 COMMENT = "wal_sink events of {}"
+UNFILLED = "wal_sink: to fill from the history"
+"""The comment of an events table's column added and not filled yet."""
 SETTINGS = "; settings "
 
 
@@ -175,7 +179,6 @@ def ensure_events(engine: Engine, target: Target) -> None:
         keyed = {k.lower() for k in target.key}
         have = _definitions(conn, name)
         wanted = _definitions(conn, target.table)
-        added = []
         for column in [*data, START_AT]:
             mine = SEQUENCE if column == START_AT else column
             kind = wanted[column.lower()][:3]
@@ -186,18 +189,12 @@ def ensure_events(engine: Engine, target: Target) -> None:
             if have.get(mine.lower()) == (*kind, null):
                 continue
             change = "MODIFY" if mine.lower() in have else "ADD COLUMN"
-            charset, collation = kind[1:]
-            text_type = (
-                f" CHARACTER SET {charset} COLLATE {collation}" if collation else ""
-            )
+            mark = f" COMMENT '{UNFILLED}'" if change == "ADD COLUMN" else ""
             alter(
-                f"{change} {quote(mine)} {kind[0]}{text_type} {null}",
+                f"{change} {quote(mine)} {_column_type(kind)} {null}{mark}",
                 f"the history's column {column} as it is now",
             )
-            if change == "ADD COLUMN":
-                added.append(column)
-        if added:
-            _fill_from_records(conn, target, name, added)
+        _fill_from_records(conn, target, name, alter)
 
 
 def _create_events(
@@ -242,24 +239,57 @@ def _alter(conn: Connection, events: str, change: str, needs: str) -> None:
         ) from None
 
 
+def _column_type(kind: tuple[str, ...]) -> str:
+    """A column's type for its DDL, from ``_definitions``' (type, character
+    set, collation, …)."""
+    column_type, charset, collation = kind[:3]
+    if not collation:
+        return column_type
+    return f"{column_type} CHARACTER SET {charset} COLLATE {collation}"
+
+
 def _fill_from_records(
-    conn: Connection, target: Target, events: str, columns: list[str]
+    conn: Connection, target: Target, events: str, alter: Callable[[str, str], None]
 ) -> None:
     """Columns the history gained (an ALTER filled its rows with the default):
     each event with values takes the value of the record it falls in, so a key's
-    records computed again from its events keep what the rows hold."""
-    quote = partial(quoted, conn.dialect)
-    keys = " AND ".join(f"e.{quote(k)} = h.{quote(k)}" for k in target.key)
-    sets = ", ".join(f"e.{quote(c)} = h.{quote(c)}" for c in columns)
-    conn.execute(
-        text(
-            f"UPDATE {quote(events)} e JOIN {quote(target.table)} h ON {keys} "
-            f"AND h.{quote(START_AT)} <= e.{SEQUENCE} AND (h.{quote(END_AT)} IS "
-            f"NULL OR e.{SEQUENCE} < h.{quote(END_AT)}) SET {sets} WHERE e.{OP} "
-            f"IN ('{UPSERT}', '{FLOOR_OPEN}')"
-        )
+    records computed again from its events keep what the rows hold. Such a
+    column is added to the events table marked UNFILLED, the mark dropped once
+    the fill is committed: a start stopped in between fills it at the next."""
+    marked = list(
+        conn.execute(
+            text(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
+                "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :t AND "
+                "COLUMN_COMMENT = :c"
+            ),
+            {"t": events, "c": UNFILLED},
+        ).scalars()
     )
-    conn.commit()
+    if not marked:
+        return
+    faults.hit("history.before_fill", 0)
+    quote = partial(quoted, conn.dialect)
+    kept = _definitions(conn, target.table)  # one dropped since: nothing to fill
+    if filled := [c for c in marked if c.lower() in kept]:
+        keys = " AND ".join(f"e.{quote(k)} = h.{quote(k)}" for k in target.key)
+        sets = ", ".join(f"e.{quote(c)} = h.{quote(c)}" for c in filled)
+        conn.execute(
+            text(
+                f"UPDATE {quote(events)} e JOIN {quote(target.table)} h ON {keys} "
+                f"AND h.{quote(START_AT)} <= e.{SEQUENCE} AND (h.{quote(END_AT)} "
+                f"IS NULL OR e.{SEQUENCE} < h.{quote(END_AT)}) SET {sets} WHERE "
+                f"e.{OP} IN ('{UPSERT}', '{FLOOR_OPEN}')"
+            )
+        )
+        conn.commit()
+    have = _definitions(conn, events)
+    for column in marked:
+        kind = have[column.lower()]
+        alter(
+            f"MODIFY {quote(column)} {_column_type(kind)} {kind[3]}",
+            f"its column {column} marked filled",
+        )
 
 
 def history_settings(target: Target) -> str:
