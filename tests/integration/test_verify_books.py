@@ -17,6 +17,8 @@ from tests.helpers import apply_staged, cli, routed_config, write_config
 from wal_sink.cli.commands import main
 from wal_sink.config import load_config
 from wal_sink.exit_status import FINDINGS, OK, USAGE
+from wal_sink.wal.format import SEQ_COLUMN
+from wal_sink.wal.writer import WalWriter
 
 SCHEMA = pa.schema(
     [
@@ -91,6 +93,21 @@ def test_verify_ack_counts_disagreeing_with_wal_found(books, db):
         r.output
     )
     assert "1 finding(s)" in r.output
+
+
+def test_verify_with_an_acked_batch_without_files_between_staged_ones_balances(
+    books,
+):
+    """A batch committed with no file (an empty one, as wal_sink 0.1 staged it)
+    is acked with no rows; the batches around it keep it inside the range of
+    acks verify reads, where it has no files to count."""
+    verify, path = books
+    config = load_config(path)
+    writer = WalWriter(config.wal_path, config.sink.id, config.storage)
+    assert writer.commit(3, [], SCHEMA.insert(0, pa.field(SEQ_COLUMN, pa.int64())))
+    apply_staged(config, SCHEMA, rows(("e", "1", "U", 5)), first=4)
+    r = verify()
+    assert r.exit_code == OK, r.output
 
 
 def test_verify_staged_batch_below_newest_ack_without_ack_found(books, db):
