@@ -37,6 +37,7 @@ def test_a_delete_keeps_its_key_and_version_only_and_each_row_its_token():
     assert got["n"] == [5, None] and got["v"] == [3, None] and got["id"] == [1, 2]
     assert got["_wal_sequence"] == [3, 4] and got["_wal_op"] == ["U", "D"]
     assert got["_wal_applied_by"] == [TOKEN + "00000000", TOKEN + "00000001"]
+    assert got["_wal_applied_at"] == [NOW, NOW]
 
 
 def test_a_record_that_would_not_become_an_event_leaves_the_chunk_to_rows():

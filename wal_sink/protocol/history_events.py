@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from functools import lru_cache
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,8 +73,13 @@ def arrow_events(
     }
     columns[SEQUENCE] = chunk.column(version_column)
     columns[OP] = pc.if_else(deletes, DELETE, UPSERT)
-    columns[APPLIED_BY] = pa.array(
-        [row_token(token, i) for i in range(rows)], pa.string()
-    )
-    columns[APPLIED_AT] = pa.array([now] * rows, pa.timestamp("us"))
+    columns[APPLIED_BY] = pc.binary_join_element_wise(token, _row_numbers(rows), "")
+    columns[APPLIED_AT] = pa.repeat(pa.scalar(now, pa.timestamp("us")), rows)
     return pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))
+
+
+@lru_cache(maxsize=4)
+def _row_numbers(rows: int) -> pa.Array:
+    """Each row's number as a ``_wal_applied_by`` ends after the chunk's token,
+    made once per chunk size (a batch's chunks are of one size but its last)."""
+    return pa.array([row_token("", i) for i in range(rows)], pa.string())
