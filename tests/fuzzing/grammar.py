@@ -78,6 +78,8 @@ FEATURES = (
     "history",  # t is a history (stored_as_scd_type = 2), tracked columns listed or
     # not, batches of earlier records repeated
     "history_shape",  # a history sink on a table of one row per key
+    "retention",  # a history's history_retention: its events grow old, a purge
+    # folds them into floors, records at or below a floor are set aside
 )
 REFUSALS = frozenset(
     {"missing_column", "missing_version", "narrow_key", "narrow_version",
@@ -116,6 +118,7 @@ GROUPS = (
     frozenset({"history", "cdc", "version", "ignore_nulls"}),
     frozenset({"history", "version", "ts_version", "limits", "narrow", "required"}),
     frozenset({"history", "version", "history_shape"}),
+    frozenset({"history", "retention", "version"}),
 )  # fmt: skip
 """The fixed run's examples, one per group of features forced (others drawn):
 together every feature, each with data applied or (REFUSALS) its refusal
@@ -358,6 +361,10 @@ def scenarios(
         sinks[0] = replace(sinks[0], shared_tombstones=True)
     if history:
         sinks[0] = _historic(d, sinks[0])
+        # in the fixed run only where forced: the other history groups draw what
+        # they drew
+        if (not force or "retention" in force) and d.feature("retention", 0.5):
+            sinks[0] = replace(sinks[0], retention=True)
     if d.feature("second_sink", 0.3):
         guarded = cdc and version_kind is not None and d.draw(st.booleans())
         sinks.append(
@@ -771,6 +778,8 @@ def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
             mysql["track_history_column_list"] = list(sink.tracked)
         if sink.untracked:
             mysql["track_history_except_column_list"] = list(sink.untracked)
+        if sink.retention:
+            mysql["history_retention"] = RETENTION
     if sink.routed is not None:
         del mysql["table"]
         moved = (
@@ -807,6 +816,10 @@ def config_dict(sink: Sink, url: str, wal_path: str) -> dict[str, Any]:
 
 
 TOMBSTONES = "t_tombstones"
+EVENTS = "t_events"
+"""The history's events table."""
+RETENTION = "1 hour"
+"""A history's ``history_retention``: the machine ages its events past it."""
 
 
 def toml(raw: dict[str, Any]) -> str:
