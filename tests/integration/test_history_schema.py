@@ -220,3 +220,42 @@ def test_a_history_whose_start_updates_itself_is_refused_at_start(db, fresh, con
         apply(cfg, STAMPED, [up(1, "a", AT[0])])
     assert "\n" not in str(refused.value)
     assert db.rows("SELECT COUNT(*) FROM h") == [(0,)]
+
+
+def test_a_column_the_stream_sends_only_later_keeps_the_default_in_split_records(
+    db, fresh, config
+):
+    """The events of a stream without c take the history's default for it, as
+    the records do: a late event sending c splits a record and both halves keep
+    the default (NULL there would refuse the key: c is NOT NULL)."""
+    fresh(TABLE.replace("v BIGINT,", "v BIGINT, c BIGINT NOT NULL DEFAULT 7,"))
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    apply(cfg, SCHEMA, [up(1, "a", 1)], [up(1, "b", 5)])
+    apply(cfg, WIDER, [up(1, "x", 3, c=9)], first=2)
+    assert open_reasons(cfg) == []
+    assert history(db, "k, label, v, c") == [
+        (1, "a", 1, 7, 1, 3),
+        (1, "x", 3, 9, 3, 5),
+        (1, "b", 5, 7, 5, None),
+    ]
+
+
+def test_a_column_a_second_sink_does_not_send_keeps_the_default_in_split_records(
+    db, fresh, config
+):
+    fresh(TABLE)
+    first = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    second = config(
+        "h", ["k"], sink="s2", cdc=CDC, version_column="v", stored_as_scd_type=2
+    )
+    db.execute("ALTER TABLE h ADD COLUMN c BIGINT NOT NULL DEFAULT 7")
+    apply(first, WIDER, [up(1, "a", 1, c=8)])
+    apply(second, SCHEMA, [up(2, "a", 1)], [up(2, "b", 5)])
+    apply(first, WIDER, [up(2, "x", 3, c=9)], first=1)  # late, splits key 2
+    assert open_reasons(first) == []
+    assert history(db, "k, label, v, c") == [
+        (1, "a", 1, 8, 1, None),
+        (2, "a", 1, 7, 1, 3),
+        (2, "x", 3, 9, 3, 5),
+        (2, "b", 5, 7, 5, None),
+    ]

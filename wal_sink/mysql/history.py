@@ -153,74 +153,86 @@ def _check_span_types(conn: Connection, target: Target) -> None:
 
 def ensure_events(engine: Engine, target: Target) -> None:
     """Create the events table of ``target`` if it does not exist, and keep its
-    columns in step with the history's (a column added, widened or recollated
-    there is added or changed here): DDL, at start, never in a batch."""
+    columns in step with the history's (a column added, widened, recollated or
+    given another default there is added or changed here): DDL, at start, never
+    in a batch. The session allows zero dates meanwhile: a legacy history's zero
+    default is copied as it is."""
     name = events_table(target)
     with engine.connect() as conn:
-        quote = partial(quoted, conn.dialect)
-        inspector = inspect_db(conn)
-        history = [c["name"] for c in inspector.get_columns(target.table)]
-        data = [c for c in history if c not in (START_AT, END_AT)]
-        settings = f"{SETTINGS}{history_settings(target)}"
-        if not inspector.has_table(name):
-            _create_events(conn, target, name, data, settings)
-        else:
-            _check_settings(conn, target, name, settings)
-        _refuse_foreign_rows(conn, target, name)
-        indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes(name)}
-        alter = partial(_alter, conn, name)
-        if indexes.get(TOKEN_INDEX) != [OP, APPLIED_BY]:  # made before the index
-            drop = f"DROP KEY {TOKEN_INDEX}, " if TOKEN_INDEX in indexes else ""
-            alter(f"{drop}ADD KEY {TOKEN_INDEX} ({OP}, {APPLIED_BY})", "its index")
-        if APPLIED_AT not in {c["name"] for c in inspector.get_columns(name)}:
-            # made before the time was kept: its events count as older than any
-            # retention
-            alter(f"ADD COLUMN {APPLIED_AT} DATETIME(6) NULL", "its applied time")
-        keyed = {k.lower() for k in target.key}
-        have = _definitions(conn, name)
-        wanted = _definitions(conn, target.table)
-        for column in [*data, START_AT]:
-            mine = SEQUENCE if column == START_AT else column
-            kind = wanted[column.lower()][:3]
-            # a delete's event has no values: only its key and sequence are NOT NULL
-            null = (
-                "NOT NULL" if column.lower() in keyed or column == START_AT else "NULL"
-            )
-            if have.get(mine.lower()) == (*kind, null):
-                continue
-            change = "MODIFY" if mine.lower() in have else "ADD COLUMN"
-            mark = f" COMMENT '{UNFILLED}'" if change == "ADD COLUMN" else ""
-            alter(
-                f"{change} {quote(mine)} {_column_type(kind)} {null}{mark}",
-                f"the history's column {column} as it is now",
-            )
-        _fill_from_records(conn, target, name, alter)
+        # the history's defaults are copied, a legacy zero date's too
+        conn.execute(text(f"SET SESSION sql_mode = '{ZERO_DATES_KEPT}'"))
+        try:
+            _keep_in_step(conn, target, name)
+        finally:
+            conn.execute(text(f"SET SESSION sql_mode = '{SESSION_SQL_MODE}'"))
+
+
+def _keep_in_step(conn: Connection, target: Target, name: str) -> None:
+    """``ensure_events``' work, on one connection."""
+    quote = partial(quoted, conn.dialect)
+    inspector = inspect_db(conn)
+    history = [c["name"] for c in inspector.get_columns(target.table)]
+    data = [c for c in history if c not in (START_AT, END_AT)]
+    settings = f"{SETTINGS}{history_settings(target)}"
+    if not inspector.has_table(name):
+        _create_events(conn, target, name, data, settings)
+    else:
+        _check_settings(conn, target, name, settings)
+    _refuse_foreign_rows(conn, target, name)
+    indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes(name)}
+    alter = partial(_alter, conn, name)
+    if indexes.get(TOKEN_INDEX) != [OP, APPLIED_BY]:  # made before the index
+        drop = f"DROP KEY {TOKEN_INDEX}, " if TOKEN_INDEX in indexes else ""
+        alter(f"{drop}ADD KEY {TOKEN_INDEX} ({OP}, {APPLIED_BY})", "its index")
+    if APPLIED_AT not in {c["name"] for c in inspector.get_columns(name)}:
+        # made before the time was kept: its events count as older than any
+        # retention
+        alter(f"ADD COLUMN {APPLIED_AT} DATETIME(6) NULL", "its applied time")
+    keyed = {k.lower() for k in target.key}
+    have = _definitions(conn, name)
+    wanted = _definitions(conn, target.table)
+    defaults, had = _defaults(conn, target.table), _defaults(conn, name)
+    for column in [*data, START_AT]:
+        mine = SEQUENCE if column == START_AT else column
+        kind = wanted[column.lower()][:3]
+        # a delete's event has no values: only its key and sequence are NOT NULL
+        valued = column.lower() not in keyed and column != START_AT
+        null = "NULL" if valued else "NOT NULL"
+        # an event of a stream without the column takes what a record does
+        default = defaults.get(column.lower()) if valued else None
+        if have.get(mine.lower()) == (*kind, null) and (
+            not valued or had.get(mine.lower()) == default
+        ):
+            continue
+        change = "MODIFY" if mine.lower() in have else "ADD COLUMN"
+        mark = f" COMMENT '{UNFILLED}'" if change == "ADD COLUMN" else ""
+        alter(
+            f"{change} {quote(mine)} {_column_type(kind)} {null}"
+            f"{_default_clause(default)}{mark}",
+            f"the history's column {column} as it is now",
+        )
+    _fill_from_records(conn, target, name, alter)
 
 
 def _create_events(
     conn: Connection, target: Target, name: str, data: list[str], settings: str
 ) -> None:
-    """``CREATE TABLE … SELECT`` from the history. Its defaults are copied, a
-    legacy zero date's too: never used (every event sends its values), so taken
-    as they are, strict mode lifted for the statement."""
+    """``CREATE TABLE … SELECT`` from the history: its types and defaults (an
+    event of a stream without a column takes what a record does)."""
     quote = partial(quoted, conn.dialect)
     keys = ", ".join(quote(k) for k in target.key)
-    conn.execute(text(f"SET SESSION sql_mode = '{ZERO_DATES_KEPT}'"))
-    try:
-        conn.execute(
-            text(
-                f"CREATE TABLE {quote(name)} ({OP} CHAR(1) NOT NULL, "
-                f"{APPLIED_BY} CHAR(32) NOT NULL, {APPLIED_AT} DATETIME(6) NULL, "
-                f"PRIMARY KEY ({keys}, {SEQUENCE}), KEY {TOKEN_INDEX} "
-                f"({OP}, {APPLIED_BY})) ENGINE=InnoDB "
-                f"COMMENT='{COMMENT.format(target.table)}{settings}' SELECT "
-                + ", ".join(quote(c) for c in data)
-                + f", {quote(START_AT)} AS {SEQUENCE}, '' AS {OP}, '' AS "
-                f"{APPLIED_BY} FROM {quote(target.table)} WHERE FALSE"
-            )
+    conn.execute(
+        text(
+            f"CREATE TABLE {quote(name)} ({OP} CHAR(1) NOT NULL, "
+            f"{APPLIED_BY} CHAR(32) NOT NULL, {APPLIED_AT} DATETIME(6) NULL, "
+            f"PRIMARY KEY ({keys}, {SEQUENCE}), KEY {TOKEN_INDEX} "
+            f"({OP}, {APPLIED_BY})) ENGINE=InnoDB "
+            f"COMMENT='{COMMENT.format(target.table)}{settings}' SELECT "
+            + ", ".join(quote(c) for c in data)
+            + f", {quote(START_AT)} AS {SEQUENCE}, '' AS {OP}, '' AS "
+            f"{APPLIED_BY} FROM {quote(target.table)} WHERE FALSE"
         )
-    finally:
-        conn.execute(text(f"SET SESSION sql_mode = '{SESSION_SQL_MODE}'"))
+    )
 
 
 def _alter(conn: Connection, events: str, change: str, needs: str) -> None:
@@ -237,6 +249,18 @@ def _alter(conn: Connection, events: str, change: str, needs: str) -> None:
             f"the events table {events} needs {needs} and this user may not ALTER "
             f"it ({first_line(e.orig)}): run, as a user who may, {statement}"
         ) from None
+
+
+def _defaults(conn: Connection, table: str) -> dict[str, str | None]:
+    """Each column's DEFAULT as its DDL says it (None: none, or NULL), by
+    lower-case name."""
+    return {
+        c["name"].lower(): c.get("default") for c in inspect_db(conn).get_columns(table)
+    }
+
+
+def _default_clause(default: str | None) -> str:
+    return "" if default is None else f" DEFAULT {default}"
 
 
 def _column_type(kind: tuple[str, ...]) -> str:
@@ -283,11 +307,12 @@ def _fill_from_records(
             )
         )
         conn.commit()
-    have = _definitions(conn, events)
+    have, defaults = _definitions(conn, events), _defaults(conn, events)
     for column in marked:
         kind = have[column.lower()]
         alter(
-            f"MODIFY {quote(column)} {_column_type(kind)} {kind[3]}",
+            f"MODIFY {quote(column)} {_column_type(kind)} {kind[3]}"
+            f"{_default_clause(defaults.get(column.lower()))}",
             f"its column {column} marked filled",
         )
 
