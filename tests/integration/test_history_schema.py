@@ -131,6 +131,31 @@ def test_a_column_the_history_gains_while_the_sink_runs_stops_it_then_is_written
     ]
 
 
+def test_a_column_the_history_gains_before_the_stream_sends_it_is_written(
+    db, fresh, config
+):
+    """The usual order: the DBA adds the column to the history, then a new query
+    of the stream sends it (a follower's WAL meets the new schema). The running
+    sink brings the events table in step before that batch: no stop."""
+    fresh(TABLE)
+    cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
+    stage_rows(cfg, 0, [up(1, "a", 1)], SCHEMA)
+    sink = SinkInstance(cfg)
+    try:
+        committer = sink.start()
+        committer.apply(0)
+        db.execute("ALTER TABLE h ADD COLUMN c BIGINT NOT NULL DEFAULT 7")
+        stage_rows(cfg, 1, [up(1, "x", 3, c=9)], WIDER)
+        sink.wal.refresh()  # as a follower finds the new batch
+        committer.apply(1)
+    finally:
+        sink.close()
+    assert history(db, "k, label, v, c") == [
+        (1, "a", 1, 7, 1, 3),
+        (1, "x", 3, 9, 3, None),
+    ]
+
+
 def test_a_column_another_sinks_start_added_to_the_events_is_written(db, fresh, config):
     """Two sinks on one history: the other's start added the history's new
     column to the events table; this one, running since before, writes it."""

@@ -119,19 +119,27 @@ class WalSchemaDdl:
             TransientError, TerminalError: MySQL's failure, as the sink's error.
         """
         mysql = self.config.mysql
-        if not (mysql.auto_create or mysql.auto_evolve):
+        histories = [t for t in mysql.targets if t.scd_type == 2]
+        if not (mysql.auto_create or mysql.auto_evolve or histories):
             return False
         schema = self.wal.stream_schema()
         if schema is None:
             return False
         if self._done is not None and self._done.equals(schema):
             return False
+        changed, ran = self._done is not None, False
         try:
             plans = prepare_targets(self.engine, self.config, schema)
+            ran = any(p.statements for p in plans)
+            if changed and histories and not ran:
+                # a new stream schema: a column the history gained since the
+                # start reaches its events table before a batch sends it
+                ensure_side_tables(self.engine, self.config, histories)
+                ran = True
         except DBAPIError as e:
             raise mysql_error(e, sink_id=self.config.sink.id) from e
         self._done = schema
-        return any(p.statements for p in plans)
+        return ran
 
 
 def _done(plan: TablePlan, create: bool, evolve: bool) -> list[str]:
