@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -71,6 +72,25 @@ from wal_sink.protocol.screen import Screen, target_screen
 from wal_sink.wal.quarantine import Entry
 
 
+@dataclass
+class _Reflected:
+    """What an applier learned of its tables, forgotten together when DDL changed
+    them."""
+
+    target: Table | None = None
+    events: Table | None = None
+    screen: Screen | None = None
+    required: set[str] = field(default_factory=set)
+    """The history's NOT NULL data columns (the events table allows NULL)."""
+    checked: set[frozenset[str]] = field(default_factory=set)
+    """The stream schemas whose writes were checked (once each)."""
+    appends: dict[tuple[str, ...], HistoryAppends] = field(default_factory=dict)
+    """The set-based statements, by the columns a chunk writes."""
+    multi: dict[tuple[str, ...], MultiRowUpsert | None] = field(default_factory=dict)
+    """The events' multi-row INSERT, by the columns it sends."""
+    floors: Floors | None = None
+
+
 class HistoryApplier:
     """Applies rows to one type 2 target (``target``)."""
 
@@ -78,53 +98,39 @@ class HistoryApplier:
         self.config = config
         self.mysql = target
         self.engine = engine
-        self._target: Table | None = None
-        self._events: Table | None = None
-        self._screened: Screen | None = None
-        self._required: set[str] = set()
-        """The history's NOT NULL data columns (the events table allows NULL)."""
-        self._checked: set[frozenset[str]] = set()
-        """The stream schemas whose writes were checked (once each)."""
-        self._appends: dict[tuple[str, ...], HistoryAppends] = {}
-        """The set-based statements, by the columns a chunk writes."""
-        self._multi: dict[tuple[str, ...], MultiRowUpsert | None] = {}
-        """The events' multi-row INSERT, by the columns it sends."""
-        self._floors: Floors | None = None
+        self._known = _Reflected()
 
     def refresh(self) -> None:
         """Forget the reflected tables (their DDL changed them)."""
-        self._target = self._events = self._screened = None
-        self._checked.clear()
-        self._appends.clear()
-        self._multi.clear()
-        self._floors = None
+        self._known = _Reflected()
 
     def close(self) -> None:
         """Nothing to end: no thread of its own."""
 
     def target(self) -> Table:
         """The reflected history table (once)."""
-        if self._target is None:
-            self._target = reflect_target(self.engine, self.mysql.table)
-        return self._target
+        if self._known.target is None:
+            self._known.target = reflect_target(self.engine, self.mysql.table)
+        return self._known.target
 
     def _screen(self, conn: Connection) -> Screen:
         """Rows MySQL cannot be sent or would change, set aside (screen.py)."""
-        if self._screened is None:
-            self._screened = target_screen(conn, self.config, self.mysql, self.target())
-            self._required = {
+        known = self._known
+        if known.screen is None:
+            known.screen = target_screen(conn, self.config, self.mysql, self.target())
+            known.required = {
                 c.name
                 for c in self.target().c
                 if not c.nullable and c.name not in (START_AT, *self.mysql.key)
             }
-        return self._screened
+        return known.screen
 
     def events(self, conn: Connection) -> Table:
         """The events table as it is, read on the batch's connection (made at
         start: no DDL in a batch)."""
-        if self._events is None:
+        if self._known.events is None:
             try:
-                self._events = Table(
+                self._known.events = Table(
                     events_table(self.mysql), MetaData(), autoload_with=conn
                 )
             except NoSuchTableError:
@@ -133,7 +139,7 @@ class HistoryApplier:
                     "next start makes it again",
                     table=self.mysql.table,
                 ) from None
-        return self._events
+        return self._known.events
 
     def apply_chunks(
         self,
@@ -166,10 +172,10 @@ class HistoryApplier:
         """``render``: the session reads text rendered in Arrow exactly."""
         mysql, cdc = self.mysql, self.config.cdc
         names = chunk.schema.names
-        if frozenset(names) not in self._checked:
+        if frozenset(names) not in self._known.checked:
             check_writes(conn, self.config, mysql, names)  # as the start does
             self._refuse_unkept(conn, names)
-            self._checked.add(frozenset(names))
+            self._known.checked.add(frozenset(names))
         events = self.events(conn)
         written = [n for n in names if n in events.c and n not in (SEQUENCE, OP)]
         if render and (fast := self._by_arrow(conn, chunk, written)) is not None:
@@ -185,7 +191,8 @@ class HistoryApplier:
                 bad.append(Entry(row, reason + "is NULL)"))
                 continue
             removes = cdc is not None and row.get(cdc.op_column) in cdc.delete_values
-            nulls = [c for c in written if c in self._required and row.get(c) is None]
+            required = self._known.required
+            nulls = [c for c in written if c in required and row.get(c) is None]
             if nulls and not removes:
                 reason = f"NULL in NOT NULL column(s) {', '.join(sorted(nulls))}"
                 bad.append(Entry(row, reason))
@@ -307,18 +314,18 @@ class HistoryApplier:
             mysql.key,
             mysql.version_column or "",
             self.config.cdc,
-            self._required,
+            self._known.required,
             token,
             utc_now(),
         )
         if batch is None:
             return None
         names = tuple(batch.schema.names)
-        if names not in self._multi:
-            self._multi[names] = MultiRowUpsert.for_schema(
+        if names not in self._known.multi:
+            self._known.multi[names] = MultiRowUpsert.for_schema(
                 conn, events_upsert(events), names, batch.schema
             )
-        multi = self._multi[names]
+        multi = self._known.multi[names]
         if multi is None or not multi.renders(batch):
             return None
         savepoint = conn.begin_nested()
@@ -369,17 +376,17 @@ class HistoryApplier:
         return computed(sorted(keys(), key=repr), written, token), floored
 
     def _floors_for(self, conn: Connection, events: Table) -> Floors:
-        if self._floors is None:
-            self._floors = Floors(conn, events, self.mysql.key)
-        return self._floors
+        if self._known.floors is None:
+            self._known.floors = Floors(conn, events, self.mysql.key)
+        return self._known.floors
 
     def _appends_for(
         self, conn: Connection, events: Table, written: list[str]
     ) -> HistoryAppends:
         """The set-based statements for chunks writing ``written`` (made once)."""
-        if tuple(written) not in self._appends:
+        if tuple(written) not in self._known.appends:
             data = [c for c in written if c not in self.mysql.key]
-            self._appends[tuple(written)] = HistoryAppends(
+            self._known.appends[tuple(written)] = HistoryAppends(
                 conn,
                 self.target(),
                 events,
@@ -388,4 +395,4 @@ class HistoryApplier:
                 [c for c in data if self.mysql.tracks(c)],
                 self.mysql.ignore_null_updates,
             )
-        return self._appends[tuple(written)]
+        return self._known.appends[tuple(written)]
