@@ -362,7 +362,8 @@ def test_a_chunk_whose_upserts_all_append_reads_no_keys_back(
     the new version in place), opens key 4 and brings a late event of key 3: only
     key 3 is read back and computed whole. A chunk that updates key 1 and opens
     key 5 reads no key back: its counts say every upsert appended
-    (mysql/history_appends.py)."""
+    (mysql/history_appends.py). A chunk whose every upsert ends an open record
+    ends them without comparing their values again."""
     fresh(TABLE)
     cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
     batches = [
@@ -370,9 +371,10 @@ def test_a_chunk_whose_upserts_all_append_reads_no_keys_back(
         [up(3, "c", 2, 5)],
         [up(4, "d", 1, 6), up(1, "a2", 1, 6), up(2, "b", 1, 6), up(3, "x", 1, 3)],
         [up(1, "a3", 1, 7), up(5, "e", 1, 7)],
+        [up(1, "a4", 1, 8), up(4, "d2", 1, 8)],
     ]
     apply(cfg, SCHEMA, *batches[:2])
-    computed, reads = [], []
+    computed, reads, updates = [], [], []
     real = history_rows.rewrite
 
     def rewrite(*args):
@@ -382,25 +384,30 @@ def test_a_chunk_whose_upserts_all_append_reads_no_keys_back(
     def read(conn, cursor, statement, *rest):
         if statement.startswith("SELECT DISTINCT"):
             reads.append(statement)
+        if statement.startswith("UPDATE") and " JOIN " in statement:
+            updates.append("IF(" in statement)
 
     monkeypatch.setattr(history_rows, "rewrite", rewrite)
     event.listen(Engine, "before_cursor_execute", read)
     try:
         apply(cfg, SCHEMA, batches[2], first=2)
         assert (computed, len(reads)) == ([[(3,)]], 1)
-        apply(cfg, SCHEMA, batches[3], first=3)
+        apply(cfg, SCHEMA, *batches[3:], first=3)
         assert (computed, len(reads)) == ([[(3,)]], 1)
+        assert updates == [True, True, False], "the values compared again or not"
     finally:
         event.remove(Engine, "before_cursor_execute", read)
     assert history(db) == [
         (1, "a", 1, 1, 1, 6),
         (1, "a2", 1, 6, 6, 7),
-        (1, "a3", 1, 7, 7, None),
+        (1, "a3", 1, 7, 7, 8),
+        (1, "a4", 1, 8, 8, None),
         (2, "b", 1, 6, 1, None),
         (3, "c", 1, 1, 1, 3),
         (3, "x", 1, 3, 3, 5),
         (3, "c", 2, 5, 5, None),
-        (4, "d", 1, 6, 6, None),
+        (4, "d", 1, 6, 6, 8),
+        (4, "d2", 1, 8, 8, None),
         (5, "e", 1, 7, 7, None),
     ]
 

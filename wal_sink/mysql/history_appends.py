@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from sqlalchemy import Connection, Table, text
+from sqlalchemy import Connection, Table, TextClause, text
 from sqlalchemy.dialects.mysql import FLOAT
 from sqlalchemy.types import String
 
@@ -122,12 +122,17 @@ class HistoryAppends:
         # and after either assignment, so the end is assigned last. Its rowcount
         # is the open records met (the dialect's FOUND_ROWS)
         sets = [f"h.{c} = IF({same}, {value(c)}, h.{c})" for c in cols]
-        self._update = text(
-            f"UPDATE {h_name} h JOIN {by_token} ON {same_key('h', 'e')} AND "
-            f"{open_before} SET "
-            + ", ".join([*sets, f"h.{end} = IF({same}, NULL, e.{seq})"])
-            + f" WHERE {new_upsert}"
-        )
+
+        def update(assigned: list[str]) -> TextClause:
+            return text(
+                f"UPDATE {h_name} h JOIN {by_token} ON {same_key('h', 'e')} AND "
+                f"{open_before} SET {', '.join(assigned)} WHERE {new_upsert}"
+            )
+
+        self._update = update([*sets, f"h.{end} = IF({same}, NULL, e.{seq})"])
+        # the same when the INSERT followed as many open records as the chunk has
+        # upserts: every record met ends (no comparison again, a fifth less time)
+        self._close = update([f"h.{end} = e.{seq}"])
 
         def no_rows(but_at_s: bool = False) -> str:
             """No row of e's key (``but_at_s``: but the one starting at s)."""
@@ -172,8 +177,8 @@ class HistoryAppends:
         later = 0
         for op, count, followed in conn.execute(self._counts, args):
             new[op], later = count, later + followed
-        conn.execute(self._insert, args)
-        appended = conn.execute(self._update, args).rowcount
+        closing = conn.execute(self._insert, args).rowcount == new[UPSERT]
+        appended = conn.execute(self._close if closing else self._update, args).rowcount
         if appended < new[UPSERT]:
             appended += conn.execute(self._first, args).rowcount
         if later or new[DELETE] or appended != new[UPSERT]:
