@@ -300,6 +300,29 @@ def test_purge_removes_retried_entries_with_their_batch_and_open_ones_only_when_
     assert (status["quarantine_entries"], status["quarantine_open"]) == (0, 0)
 
 
+def test_an_entry_retried_after_its_batch_was_purged_goes_with_a_later_purge(
+    spark, db, tmp_path
+):
+    items_table(db)
+    config = retry_config(tmp_path, db, "late_retry")
+    apply_batches(
+        spark,
+        config,
+        [("a", "too long", Decimal(1), 1)],
+        [("b", "fine", Decimal(2), 1)],
+        [("c", "fine", Decimal(3), 1)],
+    )
+    assert cli(config, "purge", "--before", "1").returncode == 0
+    assert [e["record"]["k"] for e in listed(config)] == ["a"], "open: it stays"
+    db.execute("ALTER TABLE retry_items MODIFY note VARCHAR(16)")
+    r = cli(config, "quarantine", "retry", "--batch", "0", "--yes")
+    assert r.returncode == 0 and "batch 0: 1 applied, 0 failed again" in r.stdout
+    r = cli(config, "purge", "--before", "3")
+    assert r.returncode == 0, r.stderr
+    assert "1 retried of the purged batches" in r.stdout
+    assert listed(config) == []
+
+
 def test_quarantine_list_and_export_need_the_sinks_own_files(db, tmp_path):
     items_table(db)
     config = retry_config(tmp_path, db, "empty")

@@ -49,8 +49,9 @@ class QuarantinePurgePlan:
 def plan_quarantine_purge(
     sink: SinkInstance, batches: tuple[int, ...], older_than: float | None
 ) -> QuarantinePurgePlan:
-    """Select the retried entries of ``batches`` and, with ``older_than`` (seconds),
-    every entry set aside longer ago than that."""
+    """Select the retried entries of ``batches`` and of the batches below them
+    already gone from the WAL (retried after their batch was purged) and, with
+    ``older_than`` (seconds), every entry set aside longer ago than that."""
     if not batches and older_than is None:
         return QuarantinePurgePlan((), None, 0, 0)
     listed = list_entries(sink)
@@ -62,11 +63,19 @@ def plan_quarantine_purge(
     old = [e for e in listed if cutoff is not None and e.entry.recorded_at < cutoff]
     old_ids = {e.entry.entry_id for e in old}
     removed = set(batches)
+    staged = sink.wal.staged_batches() if batches else {}
+    gone = {
+        e.entry.batch_id
+        for e in listed
+        if batches
+        and e.entry.batch_id < max(batches)
+        and e.entry.batch_id not in staged
+    }
     retried = tuple(
         e.entry.entry_id
         for e in listed
         if not e.is_open
-        and e.entry.batch_id in removed
+        and e.entry.batch_id in removed | gone
         and not e.entry.entry_id.startswith(f"{LEGACY_ENTRY}/")
         and NAMEABLE.match(e.entry.entry_id)
         and e.entry.entry_id not in old_ids
