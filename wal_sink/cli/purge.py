@@ -57,8 +57,8 @@ def purge(
     """Remove acked batches from the WAL; batches without an ack are never removed.
 
     Retried quarantine entries of those batches go too (and of batches purged
-    before them); open ones only with --quarantine-older-than. With [cdc] and a version column, also tombstones
-    older than cdc.tombstone_retention.
+    before them); open ones only with --quarantine-older-than. With [cdc] and a
+    version column, also tombstones older than cdc.tombstone_retention.
 
     Example: wal-sink -c conf/local.toml purge --older-than '7 days' --vacuum
     """
