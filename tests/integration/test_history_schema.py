@@ -8,6 +8,8 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.helpers import apply_staged as apply
 from tests.helpers import open_reasons, stage_rows
@@ -40,18 +42,19 @@ def history(db, columns: str = "k, label, v") -> list[tuple]:
 def test_a_column_added_with_a_default_keeps_it_in_records_a_late_event_splits(
     db, fresh, config
 ):
-    """The rows the ALTER filled hold the default while the events before it
-    hold nothing: a late event recomputes the key's records from its events, so
-    those take the values of the records they fell in at the next start, and the
-    records keep the default (NOT NULL: a NULL there would refuse the key)."""
+    """The rows the ALTER filled hold the default, and one the DBA backfilled
+    before the next start holds 5: a late event recomputes the key's records from
+    its events, so the events applied before take, at that start, the values of
+    the records they fell in, and the split records keep them."""
     fresh(TABLE)
     cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
     apply(cfg, SCHEMA, [up(1, "a", 1), up(2, "b", 1)], [up(1, "b", 5)])
     db.execute("ALTER TABLE h ADD COLUMN c BIGINT NOT NULL DEFAULT 7")
+    db.execute("UPDATE h SET c = 5 WHERE k = 1 AND __START_AT = 1")  # backfill
     apply(cfg, WIDER, [up(1, "x", 3, c=8), up(2, "y", 4, c=9)], first=2)
     assert open_reasons(cfg) == []
     assert history(db, "k, label, v, c") == [
-        (1, "a", 1, 7, 1, 3),
+        (1, "a", 1, 5, 1, 3),
         (1, "x", 3, 8, 3, 5),
         (1, "b", 5, 7, 5, None),
         (2, "b", 1, 7, 1, 4),
@@ -82,11 +85,13 @@ def test_a_start_stopped_before_filling_an_added_column_fills_it_at_the_next(
 ):
     """A start that added the history's new column to the events table and
     stopped before filling it (killed, or the fill failed): the next start fills
-    it, so a late event that splits a record keeps the default."""
+    it, so a late event that splits a record keeps what the record holds (5,
+    backfilled by the DBA)."""
     fresh(TABLE)
     cfg = config("h", ["k"], cdc=CDC, version_column="v", stored_as_scd_type=2)
     apply(cfg, SCHEMA, [up(1, "a", 1)], [up(1, "b", 5)])
     db.execute("ALTER TABLE h ADD COLUMN c BIGINT NOT NULL DEFAULT 7")
+    db.execute("UPDATE h SET c = 5 WHERE k = 1 AND __START_AT = 1")  # backfill
     monkeypatch.setenv(faults.ENV, "history.before_fill::raise")
     with pytest.raises(faults.InjectedFault):
         apply(cfg, WIDER, [up(1, "x", 3, c=8)], first=2)
@@ -94,7 +99,7 @@ def test_a_start_stopped_before_filling_an_added_column_fills_it_at_the_next(
     apply(cfg, WIDER)
     assert open_reasons(cfg) == []
     assert history(db, "k, label, v, c") == [
-        (1, "a", 1, 7, 1, 3),
+        (1, "a", 1, 5, 1, 3),
         (1, "x", 3, 8, 3, 5),
         (1, "b", 5, 7, 5, None),
     ]
@@ -284,3 +289,97 @@ def test_a_column_a_second_sink_does_not_send_keeps_the_default_in_split_records
         (2, "x", 3, 9, 3, 5),
         (2, "b", 5, 7, 5, None),
     ]
+
+
+def expected_history(events: list[dict]) -> list[tuple]:
+    """The history function written plainly, for one stream of (k, label, c)
+    events: per key and version the first upsert applied stays and a delete
+    replaces it; sorted by version, an upsert whose (label, c) equal the open
+    record's updates it in place, another ends it and opens one; a delete ends
+    it. Rows as ``history(db, "k, label, v, c")`` reads them."""
+    kept: dict[tuple, dict] = {}
+    for event in events:
+        at = (event["k"], event["v"])
+        if at not in kept or event["op"] == "D":
+            kept[at] = event
+    rows: list[list] = []
+    for k in sorted({k for k, _ in kept}):
+        open_ = None
+        for (_, v), e in sorted(i for i in kept.items() if i[0][0] == k):
+            if e["op"] == "D":
+                if open_ is not None:
+                    open_[5] = v
+                open_ = None
+            elif open_ is not None and (open_[1], open_[3]) == (e["label"], e["c"]):
+                open_[2] = v
+            else:
+                if open_ is not None:
+                    open_[5] = v
+                open_ = [k, e["label"], v, e["c"], v, None]
+                rows.append(open_)
+    return [tuple(r) for r in rows]
+
+
+NAMES = iter(range(10**6))
+
+
+@settings(
+    max_examples=12,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data())
+def test_any_batches_around_an_added_column_end_as_the_history_of_their_events(
+    db, fresh, config, data
+):
+    """Batches of events for two keys, in any order; a column c NOT NULL DEFAULT 7
+    added to the history between two of them; after it, each batch sends c or
+    not. The history ends as the function of all events with c as sent, or 7
+    where not sent (before the column existed, or by a batch without it)."""
+    event = st.fixed_dictionaries(
+        {
+            "op": st.sampled_from(["U", "U", "D"]),
+            "k": st.integers(1, 2),
+            "label": st.sampled_from(["a", "b"]),
+            "v": st.integers(1, 6),
+            "c": st.sampled_from([7, 8]),
+        }
+    )
+    batch = st.lists(event, min_size=1, max_size=4)
+    batches = data.draw(st.lists(batch, min_size=2, max_size=5))
+    added = data.draw(st.integers(1, len(batches) - 1))
+    sends = [i >= added and data.draw(st.booleans()) for i in range(len(batches))]
+    fresh(TABLE)
+    # a sink's WAL keeps a column once sent: a batch without c after that is
+    # another sink's, of the same history and settings
+    sinks = [
+        config(
+            "h",
+            ["k"],
+            sink=f"s{next(NAMES)}",
+            cdc=CDC,
+            version_column="v",
+            stored_as_scd_type=2,
+        )
+        for _ in range(2)
+    ]
+    staged = [0, 0]
+    seen = []
+    for i, rows in enumerate(batches):
+        if i == added:
+            db.execute("ALTER TABLE h ADD COLUMN c BIGINT NOT NULL DEFAULT 7")
+        sent = []
+        for r in rows:
+            values = {"label": r["label"], "c": r["c"]} if r["op"] == "U" else {}
+            sent.append(
+                {"op": r["op"], "k": r["k"], "v": r["v"], "label": values.get("label")}
+                | ({"c": values.get("c")} if sends[i] else {})
+            )
+        s = int(not sends[i] and any(sends[:i]))
+        apply(sinks[s], WIDER if sends[i] else SCHEMA, sent, first=staged[s])
+        staged[s] += 1
+        seen += [{**r, "c": r["c"] if sends[i] else 7} for r in rows]
+    assert [open_reasons(c) for c in sinks] == [[], []]
+    assert history(db, "k, label, v, c") == expected_history(seen)
