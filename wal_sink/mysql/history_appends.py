@@ -18,9 +18,11 @@ keys is sent. A key's floor (mysql/history_floors.py) counts as one of its event
 
 The writes come first and the keys left are looked for only when the counts say
 some are: the read that counts the chunk's events by op also counts those with a
-later event of their key; with none, no delete, and as many upserts as open
-records the UPDATE met plus new keys the INSERT opened, every upsert appended.
-That read, and the one for the keys left, are of current rows with shared locks.
+later event of their key; with none, no delete, every upsert opening a record (the
+records that follow open ones plus the new keys' first), and as many open records
+ended as followed, every upsert appended. A chunk with an update in place always
+looks. That read, and the one for the keys left, are of current rows with shared
+locks.
 
 Equality is Python's, as the function compares values read back: text byte for
 byte (``BINARY``, trailing spaces count), others by value. A tracked FLOAT column
@@ -177,10 +179,20 @@ class HistoryAppends:
         later = 0
         for op, count, followed in conn.execute(self._counts, args):
             new[op], later = count, later + followed
-        closing = conn.execute(self._insert, args).rowcount == new[UPSERT]
-        appended = conn.execute(self._close if closing else self._update, args).rowcount
-        if appended < new[UPSERT]:
-            appended += conn.execute(self._first, args).rowcount
-        if later or new[DELETE] or appended != new[UPSERT]:
-            return [tuple(r) for r in conn.execute(self._left, args)], new
-        return [], new
+        followed = conn.execute(self._insert, args).rowcount
+        opened = 0
+        if followed < new[UPSERT]:
+            opened = conn.execute(self._first, args).rowcount
+        if followed + opened == new[UPSERT]:
+            # each upsert opened a record: every record met ends. The INSERT
+            # above cannot count one twice (a key's two open records would give
+            # two rows of one primary key), so the count is trusted
+            ended = conn.execute(self._close, args).rowcount
+            if not later and not new[DELETE] and ended == followed:
+                return [], new
+        else:
+            # an open record updated in place: met rows are no count of upserts
+            # (a key with two open records, another writer's, would count twice
+            # and could hide a key that did not append), so the keys left are read
+            conn.execute(self._update, args)
+        return [tuple(r) for r in conn.execute(self._left, args)], new
