@@ -131,9 +131,9 @@ class WalSchemaDdl:
         try:
             plans = prepare_targets(self.engine, self.config, schema)
             ran = any(p.statements for p in plans)
-            if changed and histories and not ran:
-                # a new stream schema: a column the history gained since the
-                # start reaches its events table before a batch sends it
+            if changed and histories:
+                # a new stream schema: a column a history gained since the start
+                # reaches its events table before a batch sends it
                 ensure_side_tables(self.engine, self.config, histories)
                 ran = True
         except DBAPIError as e:
