@@ -211,7 +211,7 @@ def _keep_in_step(conn: Connection, target: Target, name: str) -> None:
             f"{_default_clause(default)}{mark}",
             f"the history's column {column} as it is now",
         )
-    _fill_from_records(conn, target, name, alter)
+    _fill_from_records(conn, target, name, wanted, alter)
 
 
 def _create_events(
@@ -273,13 +273,18 @@ def _column_type(kind: tuple[str, ...]) -> str:
 
 
 def _fill_from_records(
-    conn: Connection, target: Target, events: str, alter: Callable[[str, str], None]
+    conn: Connection,
+    target: Target,
+    events: str,
+    kept: dict[str, tuple[str, ...]],
+    alter: Callable[[str, str], None],
 ) -> None:
     """Columns the history gained (an ALTER filled its rows with the default):
     each event with values takes the value of the record it falls in, so a key's
     records computed again from its events keep what the rows hold. Such a
     column is added to the events table marked UNFILLED, the mark dropped once
-    the fill is committed: a start stopped in between fills it at the next."""
+    the fill is committed: a start stopped in between fills it at the next.
+    ``kept``: the history's columns (``_definitions``')."""
     marked = list(
         conn.execute(
             text(
@@ -294,7 +299,7 @@ def _fill_from_records(
         return
     faults.hit("history.before_fill", 0)
     quote = partial(quoted, conn.dialect)
-    kept = _definitions(conn, target.table)  # one dropped since: nothing to fill
+    # one dropped from the history since: nothing to fill
     if filled := [c for c in marked if c.lower() in kept]:
         keys = " AND ".join(f"e.{quote(k)} = h.{quote(k)}" for k in target.key)
         sets = ", ".join(f"e.{quote(c)} = h.{quote(c)}" for c in filled)

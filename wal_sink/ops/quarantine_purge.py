@@ -63,19 +63,18 @@ def plan_quarantine_purge(
     old = [e for e in listed if cutoff is not None and e.entry.recorded_at < cutoff]
     old_ids = {e.entry.entry_id for e in old}
     removed = set(batches)
-    staged = sink.wal.staged_batches() if batches else {}
-    gone = {
-        e.entry.batch_id
-        for e in listed
-        if batches
-        and e.entry.batch_id < max(batches)
-        and e.entry.batch_id not in staged
-    }
+    if batches:  # and those below them already gone (retried since)
+        staged = sink.wal.staged_batches()
+        removed |= {
+            e.entry.batch_id
+            for e in listed
+            if e.entry.batch_id < max(batches) and e.entry.batch_id not in staged
+        }
     retried = tuple(
         e.entry.entry_id
         for e in listed
         if not e.is_open
-        and e.entry.batch_id in removed | gone
+        and e.entry.batch_id in removed
         and not e.entry.entry_id.startswith(f"{LEGACY_ENTRY}/")
         and NAMEABLE.match(e.entry.entry_id)
         and e.entry.entry_id not in old_ids

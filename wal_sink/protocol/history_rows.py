@@ -80,8 +80,6 @@ class _Reflected:
     target: Table | None = None
     events: Table | None = None
     screen: Screen | None = None
-    required: set[str] = field(default_factory=set)
-    """The history's NOT NULL data columns (the events table allows NULL)."""
     checked: set[frozenset[str]] = field(default_factory=set)
     """The stream schemas whose writes were checked (once each)."""
     appends: dict[tuple[str, ...], HistoryAppends] = field(default_factory=dict)
@@ -115,15 +113,19 @@ class HistoryApplier:
 
     def _screen(self, conn: Connection) -> Screen:
         """Rows MySQL cannot be sent or would change, set aside (screen.py)."""
-        known = self._known
-        if known.screen is None:
-            known.screen = target_screen(conn, self.config, self.mysql, self.target())
-            known.required = {
-                c.name
-                for c in self.target().c
-                if not c.nullable and c.name not in (START_AT, *self.mysql.key)
-            }
-        return known.screen
+        if self._known.screen is None:
+            self._known.screen = target_screen(
+                conn, self.config, self.mysql, self.target()
+            )
+        return self._known.screen
+
+    def _required(self) -> set[str]:
+        """The history's NOT NULL data columns (the events table allows NULL)."""
+        return {
+            c.name
+            for c in self.target().c
+            if not c.nullable and c.name not in (START_AT, *self.mysql.key)
+        }
 
     def events(self, conn: Connection) -> Table:
         """The events table as it is, read on the batch's connection (made at
@@ -181,6 +183,7 @@ class HistoryApplier:
         if render and (fast := self._by_arrow(conn, chunk, written)) is not None:
             return fast
         bad: list[Entry] = []
+        required = self._required()
         rows = drop_non_finite(drop_null_keys(python_rows(chunk), mysql.key, bad), bad)
         recorded: dict[int, dict[str, Any]] = {}
         params = []
@@ -191,7 +194,6 @@ class HistoryApplier:
                 bad.append(Entry(row, reason + "is NULL)"))
                 continue
             removes = cdc is not None and row.get(cdc.op_column) in cdc.delete_values
-            required = self._known.required
             nulls = [c for c in written if c in required and row.get(c) is None]
             if nulls and not removes:
                 reason = f"NULL in NOT NULL column(s) {', '.join(sorted(nulls))}"
@@ -314,7 +316,7 @@ class HistoryApplier:
             mysql.key,
             mysql.version_column or "",
             self.config.cdc,
-            self._known.required,
+            self._required(),
             token,
             utc_now(),
         )
